@@ -1,0 +1,289 @@
+// Package memstore is the embedded limiter.Store: counters and leases in
+// process memory behind one mutex, with a change feed of finished leases
+// for the in-process reconciler. It is what `make run` uses, and the
+// reference the DynamoDB store is held to by the shared behaviour suite.
+//
+// State lives as long as the process: limits hold across the goroutines of
+// one process, not across processes.
+package memstore
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// keep is how long a window's counter is kept after the window closes: one
+// more period (it is the next window's prev) and then some, for
+// settlements that arrive late.
+const settleGrace = 24 * time.Hour
+
+// Store is an in-memory limiter.Store. The zero value is not usable; call
+// New.
+type Store struct {
+	mu       sync.Mutex
+	counters map[limiter.Counter]cell
+	leases   map[string]*lease
+	expiry   leaseHeap // active leases by expiry
+	settled  map[string]time.Time
+	events   []Event
+	first    uint64 // sequence number of events[0]
+	swept    time.Time
+}
+
+type cell struct {
+	n       int64
+	expires int64 // Unix ns after which the cell may be dropped; 0 = never
+}
+
+type lease struct {
+	*limiter.Lease
+	index int // in the expiry heap; -1 once out of it
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		counters: map[limiter.Counter]cell{},
+		leases:   map[string]*lease{},
+		settled:  map[string]time.Time{},
+	}
+}
+
+// Charge implements limiter.Store.
+func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charge, l *limiter.Lease) (limiter.Outcome, error) {
+	states := make([]limiter.State, len(charges))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(now)
+	admitted := true
+	reclaimed := false
+	for i := range charges {
+		c := &charges[i]
+		st := s.state(c)
+		if st.Cur > c.Ceiling(st.Prev, now) && c.Counter.Kind == limiter.KindInFlight && !reclaimed {
+			// Leases past their expiry no longer hold slots.
+			s.reclaim(now)
+			reclaimed = true
+			st = s.state(c)
+		}
+		if st.Cur > c.Ceiling(st.Prev, now) {
+			st.Refused = true
+			admitted = false
+		}
+		states[i] = st
+	}
+	if !admitted {
+		return limiter.Outcome{States: states}, nil
+	}
+	if l != nil {
+		if _, dup := s.leases[l.ID]; dup {
+			return limiter.Outcome{}, fmt.Errorf("memstore: lease %q already exists", l.ID)
+		}
+	}
+	for i := range charges {
+		c := &charges[i]
+		s.add(c, c.Amount)
+		states[i].Cur += c.Amount
+	}
+	if l != nil {
+		ls := &lease{Lease: l}
+		s.leases[l.ID] = ls
+		heap.Push(&s.expiry, ls)
+	}
+	return limiter.Outcome{Admitted: true, States: states}, nil
+}
+
+// Complete implements limiter.Store.
+func (s *Store) Complete(_ context.Context, now time.Time, leaseID string, used limiter.Usage) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls, ok := s.leases[leaseID]
+	if !ok {
+		return nil // completed before, or expired and released
+	}
+	s.finish(ls, StatusCompleted, used)
+	return nil
+}
+
+// Settle implements limiter.Store.
+func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range settlements {
+		id := st.Lease.ID
+		if _, done := s.settled[id]; done {
+			continue
+		}
+		for i, d := range limiter.Corrections(st) {
+			if d != 0 {
+				s.add(&st.Lease.Charges[i], d)
+			}
+		}
+		s.settled[id] = st.Lease.ExpiresAt
+	}
+	return nil
+}
+
+// Read implements limiter.Store.
+func (s *Store) Read(_ context.Context, now time.Time, charges []limiter.Charge) ([]limiter.State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reclaim(now)
+	out := make([]limiter.State, len(charges))
+	for i := range charges {
+		out[i] = s.state(&charges[i])
+	}
+	return out, nil
+}
+
+// Expire releases the slots of leases past their expiry that were never
+// completed, keeping their reservations charged, and returns how many it
+// released. Charge does the same on demand; the reconciler calls this so
+// the change feed reports orphans promptly.
+func (s *Store) Expire(_ context.Context, now time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reclaim(now), nil
+}
+
+func (s *Store) state(c *limiter.Charge) limiter.State {
+	st := limiter.State{Cur: s.counters[c.Counter].n}
+	if c.Period != limiter.Concurrent {
+		st.Prev = s.counters[c.Counter.Previous()].n
+	}
+	return st
+}
+
+func (s *Store) add(c *limiter.Charge, d int64) {
+	cl := s.counters[c.Counter]
+	cl.n += d
+	if c.Period != limiter.Concurrent && cl.expires == 0 {
+		cl.expires = c.WindowEnd().Add(c.Period + settleGrace).UnixNano()
+	}
+	s.counters[c.Counter] = cl
+}
+
+// finish ends an active lease: releases its in-flight charges, records the
+// event for the reconciler.
+func (s *Store) finish(ls *lease, status Status, used limiter.Usage) {
+	for i := range ls.Charges {
+		if c := &ls.Charges[i]; c.Counter.Kind == limiter.KindInFlight {
+			s.add(c, -c.Amount)
+		}
+	}
+	delete(s.leases, ls.ID)
+	if ls.index >= 0 {
+		heap.Remove(&s.expiry, ls.index)
+	}
+	s.events = append(s.events, Event{
+		Seq:    s.first + uint64(len(s.events)),
+		Lease:  ls.Lease,
+		Status: status,
+		Used:   used,
+	})
+}
+
+// reclaim finishes every active lease whose expiry is at or before now.
+func (s *Store) reclaim(now time.Time) int {
+	n := 0
+	for len(s.expiry) > 0 && !s.expiry[0].ExpiresAt.After(now) {
+		s.finish(s.expiry[0], StatusExpired, limiter.Usage{})
+		n++
+	}
+	return n
+}
+
+// sweep drops counters and settlement marks nobody can need any more, at
+// most once a minute of the callers' time.
+func (s *Store) sweep(now time.Time) {
+	if now.Sub(s.swept) < time.Minute {
+		return
+	}
+	s.swept = now
+	ns := now.UnixNano()
+	for k, c := range s.counters {
+		if c.expires != 0 && c.expires < ns {
+			delete(s.counters, k)
+		}
+	}
+	for id, exp := range s.settled {
+		if now.Sub(exp) > settleGrace {
+			delete(s.settled, id)
+		}
+	}
+}
+
+// Status is how a lease ended.
+type Status uint8
+
+const (
+	StatusCompleted Status = iota + 1 // the request finished and reported usage
+	StatusExpired                     // its process never completed it
+)
+
+// Event is one entry of the change feed: a lease that ended.
+type Event struct {
+	Seq    uint64
+	Lease  *limiter.Lease
+	Status Status
+	Used   limiter.Usage
+}
+
+// Events returns up to max events with sequence numbers ≥ from, and the
+// sequence number to read from next.
+func (s *Store) Events(from uint64, max int) ([]Event, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if from < s.first {
+		from = s.first
+	}
+	i := int(from - s.first)
+	if i >= len(s.events) {
+		return nil, from
+	}
+	j := min(len(s.events), i+max)
+	out := append([]Event(nil), s.events[i:j]...)
+	return out, from + uint64(j-i)
+}
+
+// Trim forgets events before seq, once the reconciler has applied them.
+func (s *Store) Trim(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq <= s.first {
+		return
+	}
+	n := min(int(seq-s.first), len(s.events))
+	s.events = append(s.events[:0:0], s.events[n:]...)
+	s.first += uint64(n)
+}
+
+// leaseHeap orders active leases by expiry.
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].ExpiresAt.Before(h[j].ExpiresAt) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}

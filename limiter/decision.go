@@ -1,0 +1,149 @@
+package limiter
+
+import (
+	"strconv"
+	"time"
+)
+
+// InFlightRetry is the Retry-After of a concurrency refusal. A slot frees
+// when some request in flight completes, which no counter can predict; this
+// is the interval at which a client should look again.
+const InFlightRetry = time.Second
+
+// Decision is the answer to one admission: admitted, or refused by a rule
+// with an exact wait. Either way it carries the x-ratelimit-* values of the
+// most restrictive matching rule.
+type Decision struct {
+	Allowed bool
+
+	// Refused is what decided a refusal; nil when allowed.
+	Refused *Refusal
+
+	// Requests and Tokens are the x-ratelimit-*-requests and -tokens values
+	// of the most restrictive matching rule in each dimension; zero when no
+	// rule limits that dimension.
+	Requests Quota
+	Tokens   Quota
+
+	// Lease is what the request holds until Complete: an in-flight slot or a
+	// token reservation. Nil when it holds nothing.
+	Lease *Lease
+}
+
+// Refusal says which rule refused a request, in which dimension, and when
+// the same request would first be admitted if nothing else arrived.
+type Refusal struct {
+	Rule  Rule
+	Child string // the child a per_child rule counted under
+	Kind  Kind
+	Limit int64 // the rule's limit in that dimension
+	// Amount is what this request asked of that dimension.
+	Amount int64
+	// RetryAfter is the exact wait; meaningless when !Retryable.
+	RetryAfter time.Duration
+	// Retryable is false when the request is larger than the limit and no
+	// wait admits it.
+	Retryable bool
+}
+
+// Scope returns the scope of the refusing rule.
+func (r *Refusal) Scope() Scope { return r.Rule.Scope }
+
+// Subject returns what was limited, as the caller should read it: the rule's
+// subject, or for a per_child rule the child path.
+func (r *Refusal) Subject() string {
+	if r.Child == "" {
+		return r.Rule.Subject
+	}
+	if r.Rule.Subject == "/" {
+		return "/" + r.Child
+	}
+	return r.Rule.Subject + "/" + r.Child
+}
+
+// RetryAfterSeconds returns Retry-After in whole seconds, rounded up.
+func (r *Refusal) RetryAfterSeconds() int64 {
+	return int64((r.RetryAfter + time.Second - 1) / time.Second)
+}
+
+// Message explains the refusal in one sentence:
+// "rate limit exceeded for /team/alpha: minute request limit of 100 reached".
+func (r *Refusal) Message() string {
+	subject := r.Subject()
+	if r.Rule.Scope != ScopeUserPath {
+		subject = r.Rule.Scope.String() + " " + subject
+	}
+	limit := r.periodWord() + " " + r.Kind.noun() + " limit of " + strconv.FormatInt(r.Limit, 10)
+	if !r.Retryable {
+		return "request of " + strconv.FormatInt(r.Amount, 10) + " " + r.Kind.unit() +
+			" exceeds the " + limit + " for " + subject
+	}
+	return "rate limit exceeded for " + subject + ": " + limit + " reached"
+}
+
+func (r *Refusal) periodWord() string {
+	if r.Rule.Period == Concurrent {
+		return "concurrent"
+	}
+	switch r.Rule.Period {
+	case Minute, Hour, Day:
+		return PeriodName(r.Rule.Period)
+	}
+	return strconv.FormatInt(int64(r.Rule.Period/time.Second), 10) + "-second"
+}
+
+func (k Kind) noun() string {
+	switch k {
+	case KindTokens:
+		return "token"
+	case KindInputTokens:
+		return "input token"
+	case KindOutputTokens:
+		return "output token"
+	}
+	return "request"
+}
+
+func (k Kind) unit() string {
+	switch k {
+	case KindTokens, KindInputTokens, KindOutputTokens:
+		return "tokens"
+	}
+	return "requests"
+}
+
+// Quota is one dimension's x-ratelimit-* values.
+type Quota struct {
+	Limit     int64
+	Remaining int64
+	// Reset is how long until the dimension is back at its full limit if
+	// nothing else arrives. HasReset is false for in-flight limits, which
+	// have no window.
+	Reset    time.Duration
+	HasReset bool
+}
+
+// IsSet reports whether a rule limits this dimension.
+func (q Quota) IsSet() bool { return q.Limit > 0 }
+
+// tighter reports whether q leaves less room than o: fewer units remaining
+// is what refuses soonest; on a tie, the longer wait to reset.
+func (q Quota) tighter(o Quota) bool {
+	if !o.IsSet() {
+		return true
+	}
+	if q.Remaining != o.Remaining {
+		return q.Remaining < o.Remaining
+	}
+	return q.Reset > o.Reset
+}
+
+// FormatReset writes a reset duration as OpenAI does: "1s", "6m0s", "20ms";
+// rounded up to the millisecond.
+func FormatReset(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	d = (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+	return d.String()
+}

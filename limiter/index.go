@@ -1,0 +1,159 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Rules is an immutable, indexed set of rules. Matching a request looks up
+// only the keys the request can match (its path's ancestors, its provider,
+// its model), so it costs the same with ten rules or ten thousand.
+type Rules struct {
+	list []*rule
+
+	userPaths map[string][]*rule // case-folded path → rules
+	perChild  map[string][]*rule // case-folded template path → rules
+	providers map[string][]*rule // case-folded instance name → rules
+	bare      map[string][]*rule // case-folded model id → rules
+	qualified map[providerModel][]*rule
+}
+
+type providerModel struct{ provider, model string }
+
+// rule is a Rule with what matching and charging need precomputed.
+type rule struct {
+	Rule
+	key     RuleKey
+	counter string // key and generation: the Rule field of its counters
+}
+
+// NewRules validates and indexes rules. Every problem is reported, each
+// prefixed with the rule it belongs to; two rules with the same Key are an
+// error.
+func NewRules(rules []Rule) (*Rules, error) {
+	rs := &Rules{
+		userPaths: map[string][]*rule{},
+		perChild:  map[string][]*rule{},
+		providers: map[string][]*rule{},
+		bare:      map[string][]*rule{},
+		qualified: map[providerModel][]*rule{},
+	}
+	var errs []error
+	seen := make(map[RuleKey]int, len(rules))
+	for i, r := range rules {
+		if err := r.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("rule %d (%s): %w", i, r.Describe(), err))
+			continue
+		}
+		key := r.Key()
+		if j, dup := seen[key]; dup {
+			errs = append(errs, fmt.Errorf("rule %d (%s): duplicate of rule %d (same scope, subject and period)", i, r.Describe(), j))
+			continue
+		}
+		seen[key] = i
+		c := &rule{Rule: r, key: key, counter: string(key)}
+		if r.Generation != "" {
+			c.counter += "@" + r.Generation
+		}
+		rs.list = append(rs.list, c)
+		subject := strings.ToLower(r.Subject)
+		switch r.Scope {
+		case ScopeUserPath:
+			if r.PerChild {
+				rs.perChild[subject] = append(rs.perChild[subject], c)
+			} else {
+				rs.userPaths[subject] = append(rs.userPaths[subject], c)
+			}
+		case ScopeProvider:
+			rs.providers[subject] = append(rs.providers[subject], c)
+		case ScopeModel:
+			if p, m, ok := strings.Cut(subject, "/"); ok {
+				pm := providerModel{p, m}
+				rs.qualified[pm] = append(rs.qualified[pm], c)
+			} else {
+				rs.bare[subject] = append(rs.bare[subject], c)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return rs, nil
+}
+
+// List returns the rules in the order they were given.
+func (rs *Rules) List() []Rule {
+	out := make([]Rule, len(rs.list))
+	for i, r := range rs.list {
+		out[i] = r.Rule
+	}
+	return out
+}
+
+// Len returns the number of rules.
+func (rs *Rules) Len() int { return len(rs.list) }
+
+// Lookup returns the rule with key k.
+func (rs *Rules) Lookup(k RuleKey) (Rule, bool) {
+	i := slices.IndexFunc(rs.list, func(r *rule) bool { return r.key == k })
+	if i < 0 {
+		return Rule{}, false
+	}
+	return rs.list[i].Rule, true
+}
+
+// Subject is what a request is matched on.
+type Subject struct {
+	UserPath string // a valid user path, see ParseUserPath
+	Provider string // the resolved provider instance; "" skips provider and model rules
+	Model    string // the model id at that provider
+}
+
+// match is one rule that applies to a request, with the child segment that
+// a per_child rule counts under.
+type match struct {
+	rule  *rule
+	child string
+}
+
+// appendMatches appends every rule that applies to s, in a fixed order:
+// user-path rules from the root down, then provider rules, then model rules
+// (qualified before bare).
+func (rs *Rules) appendMatches(dst []match, s Subject, userPathOnly bool) []match {
+	path := strings.ToLower(s.UserPath)
+	// Walk the ancestors of path ("/", "/a", "/a/b", …, path). A per_child
+	// template on an ancestor counts under the segment that follows it.
+	for _, r := range rs.userPaths["/"] {
+		dst = append(dst, match{rule: r})
+	}
+	for prefix, start := "/", 1; start < len(path); {
+		end := len(path)
+		if i := strings.IndexByte(path[start:], '/'); i >= 0 {
+			end = start + i
+		}
+		for _, r := range rs.perChild[prefix] {
+			dst = append(dst, match{rule: r, child: path[start:end]})
+		}
+		prefix, start = path[:end], end+1
+		for _, r := range rs.userPaths[prefix] {
+			dst = append(dst, match{rule: r})
+		}
+	}
+	if userPathOnly || s.Provider == "" {
+		return dst
+	}
+	provider := strings.ToLower(s.Provider)
+	model := strings.ToLower(s.Model)
+	for _, r := range rs.providers[provider] {
+		dst = append(dst, match{rule: r})
+	}
+	for _, r := range rs.qualified[providerModel{provider, model}] {
+		dst = append(dst, match{rule: r})
+	}
+	for _, r := range rs.bare[model] {
+		dst = append(dst, match{rule: r})
+	}
+	return dst
+}

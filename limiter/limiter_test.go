@@ -1,0 +1,496 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+var t0 = time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC) // a minute, hour and day boundary
+
+func newLimiter(t testing.TB, rules ...limiter.Rule) *limiter.Limiter {
+	t.Helper()
+	rs, err := limiter.NewRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+var reqSeq int
+
+func request(path, provider, model string) limiter.Request {
+	reqSeq++
+	return limiter.Request{
+		ID:      fmt.Sprintf("req-%d", reqSeq),
+		Subject: limiter.Subject{UserPath: path, Provider: provider, Model: model},
+	}
+}
+
+func admit(t testing.TB, l *limiter.Limiter, now time.Time, r limiter.Request) limiter.Decision {
+	t.Helper()
+	d, err := l.Admit(context.Background(), now, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func userRule(path string, period time.Duration, maxReq, maxTok int64) limiter.Rule {
+	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: path, Period: period, MaxRequests: maxReq, MaxTokens: maxTok}
+}
+
+func TestMatching(t *testing.T) {
+	rules := []limiter.Rule{
+		userRule("/team", limiter.Minute, 1, 0),
+		userRule("/", limiter.Hour, 1000, 0),
+		{Scope: limiter.ScopeUserPath, Subject: "/Customers", Period: limiter.Minute, MaxRequests: 1, PerChild: true},
+		{Scope: limiter.ScopeProvider, Subject: "OpenAI-EU", Period: limiter.Minute, MaxRequests: 1},
+		{Scope: limiter.ScopeModel, Subject: "openai-eu/gpt-4o", Period: limiter.Minute, MaxRequests: 1},
+		{Scope: limiter.ScopeModel, Subject: "claude-3", Period: limiter.Minute, MaxRequests: 1},
+	}
+	tests := []struct {
+		name                  string
+		path, provider, model string
+		// second says whether a second identical request is refused, and by
+		// which rule.
+		refusedBy string
+	}{
+		{"path itself", "/team", "", "", "/team"},
+		{"below path", "/team/app/x", "", "", "/team"},
+		{"case ignored", "/TEAM/App", "", "", "/team"},
+		{"sibling prefix is not below", "/team-alpha", "", "", ""},
+		{"root covers all", "/elsewhere", "", "", ""},
+		{"template path itself does not match", "/customers", "", "", ""},
+		{"child matches template", "/customers/alice", "", "", "/Customers/alice"},
+		{"grandchild shares the child's counter", "/customers/alice/app", "", "", "/Customers/alice"},
+		{"provider rule ignores case", "/x", "openai-eu", "gpt-3.5", "provider OpenAI-EU"},
+		{"bare model on any provider", "/y", "anthropic", "Claude-3", "model claude-3"},
+		{"qualified model only at its provider", "/z", "other", "gpt-4o", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLimiter(t, rules...)
+			first := admit(t, l, t0, request(tc.path, tc.provider, tc.model))
+			if !first.Allowed {
+				t.Fatalf("first request refused: %s", first.Refused.Message())
+			}
+			second := admit(t, l, t0, request(tc.path, tc.provider, tc.model))
+			switch {
+			case tc.refusedBy == "" && !second.Allowed:
+				t.Fatalf("second request refused by %s, want admitted", second.Refused.Message())
+			case tc.refusedBy != "" && second.Allowed:
+				t.Fatalf("second request admitted, want refused by %s", tc.refusedBy)
+			case tc.refusedBy != "":
+				got := second.Refused.Subject()
+				if second.Refused.Scope() != limiter.ScopeUserPath {
+					got = second.Refused.Scope().String() + " " + got
+				}
+				if !strings.EqualFold(got, tc.refusedBy) {
+					t.Fatalf("refused by %q, want %q", got, tc.refusedBy)
+				}
+			}
+		})
+	}
+}
+
+func TestPerChildKeepsSpellingAndSeparatesChildren(t *testing.T) {
+	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/customers", Period: limiter.Minute, MaxRequests: 2, PerChild: true})
+	for _, p := range []string{"/customers/alice", "/customers/alice/app"} {
+		if d := admit(t, l, t0, request(p, "", "")); !d.Allowed {
+			t.Fatalf("%s refused", p)
+		}
+	}
+	d := admit(t, l, t0, request("/customers/ALICE", "", ""))
+	if d.Allowed {
+		t.Fatal("alice's third request admitted past her own limit of 2")
+	}
+	if got, want := d.Refused.Message(), "rate limit exceeded for /customers/alice: minute request limit of 2 reached"; got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+	if d := admit(t, l, t0, request("/customers/bob", "", "")); !d.Allowed {
+		t.Fatal("bob refused: children must not share counters")
+	}
+}
+
+func TestBoundaryBurst(t *testing.T) {
+	// 100/minute. A client sends 100 in the last second of a window and
+	// bursts again in the first seconds of the next: the sliding estimate
+	// allows only what has decayed, never a second full 100.
+	l := newLimiter(t, userRule("/burst", limiter.Minute, 100, 0))
+	end := t0.Add(59 * time.Second)
+	for i := range 100 {
+		if d := admit(t, l, end, request("/burst", "", "")); !d.Allowed {
+			t.Fatalf("request %d in window 0 refused", i)
+		}
+	}
+	steps := []struct {
+		at       time.Duration // into window 1
+		wantMore int           // admitted by a burst of 200 at that instant
+	}{
+		{0, 0},
+		{time.Nanosecond, 0},
+		{600 * time.Millisecond, 1}, // prev weighs 99: 1 fits
+		{6 * time.Second, 9},        // prev weighs 90: 10 in total by now
+		{30 * time.Second, 40},      // prev weighs 50: 50 in total
+	}
+	total := 0
+	for _, st := range steps {
+		now := t0.Add(time.Minute + st.at)
+		n := 0
+		for range 200 {
+			if admit(t, l, now, request("/burst", "", "")).Allowed {
+				n++
+			}
+		}
+		total += n
+		if n != st.wantMore {
+			t.Errorf("%v into window 1: %d admitted, want %d", st.at, n, st.wantMore)
+		}
+	}
+	if total > 50 {
+		t.Fatalf("%d admitted in the first half of window 1 after a full window 0", total)
+	}
+}
+
+func TestLastAndFirstNanosecond(t *testing.T) {
+	l := newLimiter(t, userRule("/edge", limiter.Minute, 1, 0))
+	last := t0.Add(time.Minute - time.Nanosecond)
+	if !admit(t, l, last, request("/edge", "", "")).Allowed {
+		t.Fatal("the last nanosecond of window 0 refused an empty limit")
+	}
+	first := t0.Add(time.Minute)
+	d := admit(t, l, first, request("/edge", "", ""))
+	if d.Allowed {
+		t.Fatal("first nanosecond of window 1 admitted: prev still weighs fully")
+	}
+	// The wait is a whole window: prev=1 must decay to 0.
+	if d.Refused.RetryAfter != time.Minute || d.Refused.RetryAfterSeconds() != 60 {
+		t.Fatalf("RetryAfter %v, want 1m0s", d.Refused.RetryAfter)
+	}
+}
+
+func TestClockGoingBackwards(t *testing.T) {
+	l := newLimiter(t, userRule("/back", limiter.Minute, 2, 0))
+	now := t0.Add(90 * time.Second)
+	admit(t, l, now, request("/back", "", ""))
+	admit(t, l, now, request("/back", "", ""))
+	// An instance whose clock is a window behind sees its own window: the
+	// decision is made at the instant it is given, never panics, and the
+	// later window's requests do not leak into it.
+	if d := admit(t, l, now.Add(-time.Minute), request("/back", "", "")); !d.Allowed {
+		t.Fatalf("earlier window refused: %s", d.Refused.Message())
+	}
+	if d := admit(t, l, now, request("/back", "", "")); d.Allowed {
+		t.Fatal("the full window admitted a third request after the clock stepped back and forth")
+	}
+}
+
+func TestRetryAfterIsExact(t *testing.T) {
+	tests := []struct {
+		name   string
+		rule   limiter.Rule
+		fill   []int64 // reservations admitted at t0+offset before the probe
+		offset time.Duration
+		probe  int64 // the probe's token reservation
+	}{
+		{"requests within window", userRule("/r", limiter.Minute, 5, 0), []int64{0, 0, 0, 0, 0}, 20 * time.Second, 0},
+		{"requests past the boundary", userRule("/r", limiter.Minute, 5, 0), []int64{0, 0, 0, 0, 0}, 59 * time.Second, 0},
+		{"hour window", userRule("/r", limiter.Hour, 3, 0), []int64{0, 0, 0}, 10 * time.Minute, 0},
+		{"odd period", userRule("/r", 7*time.Second, 2, 0), []int64{0, 0}, 3 * time.Second, 0},
+		{"tokens", userRule("/r", limiter.Minute, 0, 1000), []int64{400, 400}, 10 * time.Second, 300},
+		{"tokens larger than what is left", userRule("/r", limiter.Minute, 0, 1000), []int64{900}, 40 * time.Second, 800},
+		{"tokens a window later", userRule("/r", limiter.Minute, 0, 1000), []int64{990}, 59*time.Second + 500*time.Millisecond, 995},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLimiter(t, tc.rule)
+			at := t0.Add(tc.offset)
+			for _, tok := range tc.fill {
+				r := request("/r", "", "")
+				r.InputTokens = tok
+				if d := admit(t, l, at, r); !d.Allowed {
+					t.Fatalf("fill refused: %s", d.Refused.Message())
+				}
+			}
+			probe := request("/r", "", "")
+			probe.InputTokens = tc.probe
+			d := admit(t, l, at, probe)
+			if d.Allowed {
+				t.Fatal("probe admitted; the fill should exhaust the rule")
+			}
+			ra := time.Duration(d.Refused.RetryAfterSeconds()) * time.Second
+			if ra <= 0 {
+				t.Fatalf("Retry-After %v", ra)
+			}
+			// One second early is refused, Retry-After itself admitted. Each
+			// probe runs on a copy of the state: a fresh limiter replayed.
+			for _, c := range []struct {
+				after time.Duration
+				want  bool
+			}{{ra - time.Second, false}, {ra, true}} {
+				l2 := newLimiter(t, tc.rule)
+				for _, tok := range tc.fill {
+					r := request("/r", "", "")
+					r.InputTokens = tok
+					admit(t, l2, at, r)
+				}
+				p := request("/r", "", "")
+				p.InputTokens = tc.probe
+				if got := admit(t, l2, at.Add(c.after), p).Allowed; got != c.want {
+					t.Errorf("retry after %v (Retry-After %v, exact %v): admitted=%v, want %v",
+						c.after, ra, d.Refused.RetryAfter, got, c.want)
+				}
+			}
+			// The exact wait itself admits; a nanosecond less does not.
+			for _, c := range []struct {
+				after time.Duration
+				want  bool
+			}{{d.Refused.RetryAfter - time.Nanosecond, false}, {d.Refused.RetryAfter, true}} {
+				l2 := newLimiter(t, tc.rule)
+				for _, tok := range tc.fill {
+					r := request("/r", "", "")
+					r.InputTokens = tok
+					admit(t, l2, at, r)
+				}
+				p := request("/r", "", "")
+				p.InputTokens = tc.probe
+				if got := admit(t, l2, at.Add(c.after), p).Allowed; got != c.want {
+					t.Errorf("exact retry after %v: admitted=%v, want %v", c.after, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestRequestLargerThanLimit(t *testing.T) {
+	l := newLimiter(t, userRule("/big", limiter.Minute, 0, 1000))
+	r := request("/big", "", "")
+	r.InputTokens, r.OutputTokens = 900, 200
+	d := admit(t, l, t0, r)
+	if d.Allowed || d.Refused.Retryable {
+		t.Fatalf("a 1100-token request against 1000/minute: %+v, want refused for good", d)
+	}
+	if got, want := d.Refused.Message(), "request of 1100 tokens exceeds the minute token limit of 1000 for /big"; got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+}
+
+func TestConcurrency(t *testing.T) {
+	ctx := context.Background()
+	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 2})
+	d1 := admit(t, l, t0, request("/", "openai", "gpt-4o"))
+	d2 := admit(t, l, t0, request("/", "openai", "gpt-4o"))
+	if !d1.Allowed || !d2.Allowed || d1.Lease == nil {
+		t.Fatal("the first two in-flight requests must be admitted with leases")
+	}
+	d3 := admit(t, l, t0, request("/", "openai", "gpt-4o"))
+	if d3.Allowed {
+		t.Fatal("third in-flight request admitted past 2")
+	}
+	if d3.Refused.Kind != limiter.KindInFlight || d3.Requests.HasReset || d3.Requests.Remaining != 0 || d3.Requests.Limit != 2 {
+		t.Fatalf("concurrency refusal: kind %v requests quota %+v; want limit 2, remaining 0, no reset", d3.Refused.Kind, d3.Requests)
+	}
+	if got, want := d3.Refused.Message(), "rate limit exceeded for provider openai: concurrent request limit of 2 reached"; got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+	if err := l.Complete(ctx, t0, d1.Lease, limiter.Usage{Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	if d := admit(t, l, t0, request("/", "openai", "gpt-4o")); !d.Allowed {
+		t.Fatal("slot not released on Complete")
+	}
+	// Batch submissions hold no slot.
+	batch := request("/", "openai", "gpt-4o")
+	batch.UserPathOnly = true
+	if d := admit(t, l, t0, batch); !d.Allowed || d.Lease != nil {
+		t.Fatalf("batch submission: allowed=%v lease=%v, want allowed without a lease", d.Allowed, d.Lease)
+	}
+}
+
+func TestBatchSkipsProviderAndModelRules(t *testing.T) {
+	l := newLimiter(t,
+		limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Minute, MaxRequests: 1},
+		userRule("/b", limiter.Minute, 2, 0),
+	)
+	for i := range 3 {
+		r := request("/b", "openai", "gpt-4o")
+		r.UserPathOnly = true
+		d := admit(t, l, t0, r)
+		if got, want := d.Allowed, i < 2; got != want {
+			t.Fatalf("batch %d: admitted=%v, want %v (user-path rule only)", i, got, want)
+		}
+	}
+}
+
+func TestHeadersFromMostRestrictiveRule(t *testing.T) {
+	l := newLimiter(t,
+		userRule("/", limiter.Minute, 100, 50000),
+		userRule("/team", limiter.Day, 5, 0),
+	)
+	now := t0.Add(18 * time.Second)
+	r := request("/team/app", "", "")
+	r.InputTokens, r.OutputTokens = 1000, 200
+	d := admit(t, l, now, r)
+	if !d.Allowed {
+		t.Fatal("refused")
+	}
+	want := limiter.Quota{Limit: 5, Remaining: 4, Reset: 2*limiter.Day - 18*time.Second, HasReset: true}
+	if d.Requests != want {
+		t.Errorf("requests quota %+v, want %+v (the day rule leaves fewer)", d.Requests, want)
+	}
+	wantTok := limiter.Quota{Limit: 50000, Remaining: 48800, Reset: 2*time.Minute - 18*time.Second, HasReset: true}
+	if d.Tokens != wantTok {
+		t.Errorf("tokens quota %+v, want %+v", d.Tokens, wantTok)
+	}
+}
+
+func TestRefusalNamesBindingRule(t *testing.T) {
+	// Both the minute and the day rule are exhausted; the day rule decides
+	// when a retry can pass, so it is the one named, with its wait.
+	l := newLimiter(t,
+		userRule("/t", limiter.Minute, 1, 0),
+		userRule("/t", limiter.Day, 1, 0),
+	)
+	admit(t, l, t0, request("/t", "", ""))
+	d := admit(t, l, t0.Add(time.Second), request("/t", "", ""))
+	if d.Allowed || d.Refused.Rule.Period != limiter.Day {
+		t.Fatalf("refusal by %+v, want the day rule", d.Refused)
+	}
+	if d.Refused.RetryAfter != 2*limiter.Day-time.Second {
+		t.Fatalf("RetryAfter %v, want the day rule's", d.Refused.RetryAfter)
+	}
+}
+
+func TestFormatReset(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                       "0s",
+		time.Second:             "1s",
+		6 * time.Minute:         "6m0s",
+		20 * time.Millisecond:   "20ms",
+		1500 * time.Microsecond: "2ms",
+		90*time.Second + 1:      "1m30.001s",
+	} {
+		if got := limiter.FormatReset(d); got != want {
+			t.Errorf("FormatReset(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestParseUserPath(t *testing.T) {
+	for _, p := range []string{"/", "/team", "/team/alpha", "/a-b/c_d/É"} {
+		if _, err := limiter.ParseUserPath(p); err != nil {
+			t.Errorf("ParseUserPath(%q): %v", p, err)
+		}
+	}
+	for _, p := range []string{"", "team", "/team/", "//", "/team//a", "/./a", "/a/..", "/a/\x00", strings.Repeat("/a", 300)} {
+		if _, err := limiter.ParseUserPath(p); err == nil {
+			t.Errorf("ParseUserPath(%q) accepted", p)
+		}
+	}
+	within := []struct {
+		path, ancestor string
+		want           bool
+	}{
+		{"/team/app", "/team", true},
+		{"/team", "/team", true},
+		{"/Team/App", "/team", true},
+		{"/team-alpha", "/team", false},
+		{"/anything", "/", true},
+		{"/te", "/team", false},
+	}
+	for _, w := range within {
+		if got := limiter.PathWithin(w.path, w.ancestor); got != w.want {
+			t.Errorf("PathWithin(%q, %q) = %v", w.path, w.ancestor, got)
+		}
+	}
+}
+
+func TestNewRulesReportsEveryProblem(t *testing.T) {
+	_, err := limiter.NewRules([]limiter.Rule{
+		userRule("/ok", limiter.Minute, 1, 0),
+		userRule("/OK", limiter.Minute, 2, 0), // duplicate: case folded
+		userRule("/bad//path", limiter.Minute, 1, 0),
+		{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Minute, MaxRequests: -1, PerChild: true},
+		{Scope: limiter.ScopeUserPath, Subject: "/c", Period: limiter.Concurrent, MaxTokens: 5},
+		{Scope: limiter.ScopeUserPath, Subject: "/p", Period: 1500 * time.Millisecond, MaxRequests: 1},
+	})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"rule 1 (/OK minute): duplicate of rule 0",
+		"rule 2 (/bad//path minute): user_path: user path \"/bad//path\" has an empty segment",
+		"per_child: only user_path rules can be per child",
+		"max_requests: negative limit -1",
+		"a concurrent rule limits requests in flight, not tokens",
+		"period_seconds: 1.5s is not a whole number of seconds",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestShardedRuleHoldsExactly(t *testing.T) {
+	// A provider rule of 10/minute over 4 shards: never more than 10
+	// admitted, and refusals only once every shard is full.
+	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Period: limiter.Minute, MaxRequests: 10, Shards: 4})
+	n := 0
+	for range 40 {
+		if admit(t, l, t0, request("/", "hot", "m")).Allowed {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Fatalf("%d admitted over 4 shards, want exactly 10", n)
+	}
+	us, err := l.AllUsage(context.Background(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(us) != 1 || us[0].Dimensions[0].Used != 10 || us[0].Dimensions[0].Remaining != 0 {
+		t.Fatalf("usage %+v, want 10 used and none remaining", us)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	l := newLimiter(t,
+		userRule("/u", limiter.Minute, 10, 100),
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/u", Period: limiter.Concurrent, MaxRequests: 3},
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/kids", Period: limiter.Minute, MaxRequests: 3, PerChild: true},
+	)
+	r := request("/u/app", "", "")
+	r.InputTokens = 30
+	admit(t, l, t0, r)
+	admit(t, l, t0, request("/kids/amy", "", ""))
+	all, err := l.AllUsage(context.Background(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 {
+		t.Fatalf("AllUsage listed %d rules, want 2 (per_child template left out)", len(all))
+	}
+	if d := all[0].Dimensions; len(d) != 2 || d[0].Used != 1 || d[1].Used != 30 || d[1].Remaining != 70 {
+		t.Fatalf("minute rule usage %+v", d)
+	}
+	if d := all[1].Dimensions; len(d) != 1 || d[0].Kind != limiter.KindInFlight || d[0].Used != 1 {
+		t.Fatalf("concurrent rule usage %+v", d)
+	}
+	mine, err := l.Usage(context.Background(), t0, limiter.Subject{UserPath: "/kids/amy/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mine) != 1 || mine[0].Child != "amy" || mine[0].Dimensions[0].Used != 1 {
+		t.Fatalf("per-child usage %+v, want amy's own counter", mine)
+	}
+}

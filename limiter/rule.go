@@ -1,0 +1,220 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Scope says what a rule protects.
+type Scope uint8
+
+const (
+	// ScopeUserPath limits consumers: a rule on /team covers /team and every
+	// path below it, but not /team-alpha. A rule on / covers all traffic.
+	ScopeUserPath Scope = iota + 1
+	// ScopeProvider protects an upstream: the subject is a provider instance
+	// name, shared by every consumer and model routed to it.
+	ScopeProvider
+	// ScopeModel protects a model: "openai/gpt-4o" is one provider's model,
+	// a bare "gpt-4o" is that model on every provider.
+	ScopeModel
+)
+
+// String returns the scope's name as used in config and the admin API.
+func (s Scope) String() string {
+	switch s {
+	case ScopeUserPath:
+		return "user_path"
+	case ScopeProvider:
+		return "provider"
+	case ScopeModel:
+		return "model"
+	}
+	return "scope(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ParseScope is the inverse of Scope.String.
+func ParseScope(s string) (Scope, error) {
+	switch s {
+	case "user_path":
+		return ScopeUserPath, nil
+	case "provider":
+		return ScopeProvider, nil
+	case "model":
+		return ScopeModel, nil
+	}
+	return 0, fmt.Errorf("unknown scope %q (want user_path, provider or model)", s)
+}
+
+// Concurrent is the Period of a rule that limits in-flight requests instead
+// of a window.
+const Concurrent time.Duration = 0
+
+// Named periods.
+const (
+	Minute = time.Minute
+	Hour   = time.Hour
+	Day    = 24 * time.Hour
+)
+
+// ParsePeriod reads a named period: minute, hour, day or concurrent.
+func ParsePeriod(name string) (time.Duration, error) {
+	switch name {
+	case "minute":
+		return Minute, nil
+	case "hour":
+		return Hour, nil
+	case "day":
+		return Day, nil
+	case "concurrent":
+		return Concurrent, nil
+	}
+	return 0, fmt.Errorf("unknown period %q (want minute, hour, day, concurrent or period_seconds)", name)
+}
+
+// PeriodName is the inverse of ParsePeriod; other lengths are written as
+// their number of seconds.
+func PeriodName(p time.Duration) string {
+	switch p {
+	case Concurrent:
+		return "concurrent"
+	case Minute:
+		return "minute"
+	case Hour:
+		return "hour"
+	case Day:
+		return "day"
+	}
+	return strconv.FormatInt(int64(p/time.Second), 10) + "s"
+}
+
+// Source says where a rule came from. Config rules are read-only through the
+// admin API.
+type Source uint8
+
+const (
+	SourceConfig Source = iota + 1
+	SourceManual
+)
+
+func (s Source) String() string {
+	switch s {
+	case SourceConfig:
+		return "config"
+	case SourceManual:
+		return "manual"
+	}
+	return ""
+}
+
+// Rule is one limit definition: a subject in a scope, a period, and the
+// maxima for that period. A zero maximum means no limit on that dimension.
+//
+// A rule has one shared counter per dimension for its whole subject. With
+// PerChild on a user-path rule, each direct child of the path gets its own
+// counters instead and the path itself does not match.
+type Rule struct {
+	Scope   Scope
+	Subject string // as written when created; matching ignores case
+	// Period is the window length, or Concurrent for an in-flight limit.
+	Period time.Duration
+
+	MaxRequests     int64 // requests per window, or in flight for Concurrent
+	MaxTokens       int64 // input + output tokens per window
+	MaxInputTokens  int64 // input tokens per window
+	MaxOutputTokens int64 // output tokens per window
+
+	PerChild bool
+	// Shards splits each counter of the rule over this many items so that a
+	// subject every request charges is not one hot item. The limit holds
+	// exactly (the shares add up to it); a request can be refused while
+	// other shards still have room, by at most Shards-1 times the request's
+	// size. 0 or 1 means one item.
+	Shards int
+
+	Source Source
+	// Generation names the life of the rule's counters. Resetting or
+	// re-creating a rule starts a new generation, so counters restart
+	// without deleting anything (old items age out by TTL).
+	Generation string
+}
+
+// Key identifies a rule: scope, subject (case folded) and period. Editing
+// any of those moves the rule to a new key; editing only limits keeps it.
+func (r Rule) Key() RuleKey {
+	return MakeRuleKey(r.Scope, r.Subject, r.Period)
+}
+
+// RuleKey identifies a rule; see Rule.Key.
+type RuleKey string
+
+// MakeRuleKey builds the key of the rule with the given identity.
+func MakeRuleKey(scope Scope, subject string, period time.Duration) RuleKey {
+	p := "c"
+	if period != Concurrent {
+		p = strconv.FormatInt(int64(period/time.Second), 10)
+	}
+	return RuleKey(scope.String() + ":" + strings.ToLower(subject) + ":" + p)
+}
+
+// Validate checks a rule on its own, joining every problem found.
+func (r Rule) Validate() error {
+	var errs []error
+	switch r.Scope {
+	case ScopeUserPath:
+		if _, err := ParseUserPath(r.Subject); err != nil {
+			errs = append(errs, fmt.Errorf("user_path: %w", err))
+		}
+	case ScopeProvider, ScopeModel:
+		if strings.TrimSpace(r.Subject) == "" {
+			errs = append(errs, fmt.Errorf("%s: subject is empty", r.Scope))
+		} else if strings.ContainsAny(r.Subject, " \t\n") {
+			errs = append(errs, fmt.Errorf("%s: subject %q contains white space", r.Scope, r.Subject))
+		}
+		if r.PerChild {
+			errs = append(errs, fmt.Errorf("per_child: only user_path rules can be per child, not %s rules", r.Scope))
+		}
+		if r.Scope == ScopeModel && (strings.HasPrefix(r.Subject, "/") || strings.HasSuffix(r.Subject, "/")) {
+			errs = append(errs, fmt.Errorf("model: subject %q starts or ends with '/' (want model or provider/model)", r.Subject))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("scope: unknown scope %d", r.Scope))
+	}
+	if r.Period < 0 {
+		errs = append(errs, fmt.Errorf("period: negative period %s", r.Period))
+	} else if r.Period != Concurrent && (r.Period < time.Second || r.Period%time.Second != 0) {
+		errs = append(errs, fmt.Errorf("period_seconds: %s is not a whole number of seconds ≥ 1", r.Period))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max_requests", r.MaxRequests},
+		{"max_tokens", r.MaxTokens},
+		{"max_input_tokens", r.MaxInputTokens},
+		{"max_output_tokens", r.MaxOutputTokens},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: negative limit %d", f.name, f.v))
+		}
+	}
+	if r.Period == Concurrent && (r.MaxTokens != 0 || r.MaxInputTokens != 0 || r.MaxOutputTokens != 0) {
+		errs = append(errs, errors.New("max_tokens: a concurrent rule limits requests in flight, not tokens"))
+	}
+	if r.Shards < 0 || r.Shards > 64 {
+		errs = append(errs, fmt.Errorf("shards: %d is outside 0..64", r.Shards))
+	}
+	return errors.Join(errs...)
+}
+
+// Describe names the rule for messages and headers, in the rule's own
+// spelling: "/team/alpha minute", "provider openai concurrent".
+func (r Rule) Describe() string {
+	if r.Scope == ScopeUserPath {
+		return r.Subject + " " + PeriodName(r.Period)
+	}
+	return r.Scope.String() + " " + r.Subject + " " + PeriodName(r.Period)
+}

@@ -1,0 +1,110 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// RuleUsage is one rule's live state.
+type RuleUsage struct {
+	Rule  Rule
+	Child string // the child a per_child rule was resolved to
+
+	// Dimensions the rule limits, in the order requests, tokens, input
+	// tokens, output tokens; or the in-flight gauge of a concurrent rule.
+	Dimensions []DimensionUsage
+
+	// WindowStart and WindowEnd bound the current window; zero for
+	// concurrent rules.
+	WindowStart, WindowEnd time.Time
+}
+
+// DimensionUsage is one counter's live state.
+type DimensionUsage struct {
+	Kind  Kind
+	Limit int64
+	// Used is the current window's count (or what is in flight); Previous
+	// the last window's, which still weighs on the sliding estimate.
+	Used     int64
+	Previous int64
+	// Remaining is what the sliding estimate leaves of the limit now.
+	Remaining int64
+}
+
+// AllUsage reads the live state of every rule in force, except per_child
+// templates, whose counters belong to each child (see Usage).
+func (l *Limiter) AllUsage(ctx context.Context, now time.Time) ([]RuleUsage, error) {
+	rs := l.rules.Load()
+	ms := make([]match, 0, len(rs.list))
+	for _, r := range rs.list {
+		if !r.PerChild {
+			ms = append(ms, match{rule: r})
+		}
+	}
+	return l.usage(ctx, now, ms)
+}
+
+func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleUsage, error) {
+	var reads []Charge
+	for _, m := range ms {
+		r := m.rule
+		kinds := []Kind{KindRequests, KindTokens, KindInputTokens, KindOutputTokens}
+		if r.Period == Concurrent {
+			kinds = []Kind{KindInFlight}
+		}
+		for _, k := range kinds {
+			limit := r.limitOf(k)
+			if limit <= 0 {
+				continue
+			}
+			// A sharded counter is read shard by shard and summed below.
+			for shard := range r.shards() {
+				c := Charge{
+					Counter: Counter{Rule: r.counter, Child: m.child, Kind: k},
+					Period:  r.Period,
+					Limit:   limit,
+					owner:   r,
+				}
+				if r.Period != Concurrent {
+					c.Counter.Window, _ = windowAt(now, r.Period)
+				}
+				c.Counter.Shard = shard
+				reads = append(reads, c)
+			}
+		}
+	}
+	if len(reads) == 0 {
+		return nil, nil
+	}
+	states, err := l.store.Read(ctx, now, reads)
+	if err != nil {
+		return nil, err
+	}
+	var out []RuleUsage
+	for i := 0; i < len(reads); {
+		c := reads[i]
+		r := c.owner
+		if len(out) == 0 || out[len(out)-1].Rule.Key() != r.key || out[len(out)-1].Child != c.Counter.Child {
+			u := RuleUsage{Rule: r.Rule, Child: c.Counter.Child}
+			if r.Period != Concurrent {
+				u.WindowStart = time.Unix(0, c.Counter.Window*int64(r.Period))
+				u.WindowEnd = u.WindowStart.Add(r.Period)
+			}
+			out = append(out, u)
+		}
+		d := DimensionUsage{Kind: c.Counter.Kind, Limit: c.Limit}
+		for j := range r.shards() {
+			d.Used += states[i+j].Cur
+			d.Previous += states[i+j].Prev
+		}
+		if r.Period == Concurrent {
+			d.Remaining = max(0, d.Limit-d.Used)
+		} else {
+			_, elapsed := windowAt(now, r.Period)
+			d.Remaining = slidingRemaining(d.Limit, d.Previous, d.Used, r.Period, elapsed)
+		}
+		out[len(out)-1].Dimensions = append(out[len(out)-1].Dimensions, d)
+		i += r.shards()
+	}
+	return out, nil
+}
