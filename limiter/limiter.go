@@ -137,7 +137,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		n += m.rule.dimensions()
 	}
 	charges := make([]Charge, 0, n)
-		var inFlight, tokens bool
+	var inFlight, tokens bool
 	add := func(m match, kind Kind, limit, amount int64) {
 		if limit <= 0 {
 			return

@@ -1,0 +1,126 @@
+// Package app is the composition root shared by tollgate's functions: from
+// the configuration it builds the limit store, the limiter, the providers
+// and the handlers, once, outside any request. Each functions/<fn>/main.go
+// calls it and starts what it needs.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/functions/gateway/proxy"
+	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/mock"
+)
+
+// App is everything built from the configuration.
+type App struct {
+	Config  *config.Config
+	Log     *slog.Logger
+	Store   limiter.Store
+	Limiter *limiter.Limiter
+	Catalog *providers.Catalog
+	// Gateway is the gateway's handler (nil until BuildGateway).
+	Gateway *proxy.Handler
+
+	closers []func()
+}
+
+// Logger returns the JSON logger every function logs with, at the level
+// of TOLLGATE_LOG_LEVEL (debug, info, warn, error; default info).
+func Logger(w io.Writer, env config.Env) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(env["TOLLGATE_LOG_LEVEL"])); err != nil {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// New reads the configuration and builds the store and limiter.
+func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
+	cfg, err := config.Load(env)
+	if err != nil {
+		return nil, fmt.Errorf("configuration:\n%w", err)
+	}
+	a := &App{Config: cfg, Log: log}
+	switch cfg.Settings.Store {
+	case "memory":
+		if cfg.Settings.InLambda {
+			return nil, errors.New("TOLLGATE_STORE=memory inside Lambda: limits would not hold across instances; use dynamodb")
+		}
+		a.Store = memstore.New()
+	default:
+		return nil, fmt.Errorf("TOLLGATE_STORE=%s is not available in this build", cfg.Settings.Store)
+	}
+	rules := cfg.Rules
+	if !cfg.RateLimitsEnabled {
+		log.Warn("rate_limits.enabled is false: rules are loaded but not enforced")
+		rules = nil
+	}
+	rs, err := limiter.NewRules(rules)
+	if err != nil {
+		return nil, err
+	}
+	a.Limiter, err = limiter.New(limiter.Config{Store: a.Store, Rules: rs, LeaseTTL: cfg.Gateway.LeaseTTL})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("configuration loaded", "file", cfg.File, "rules", rs.Len(), "store", cfg.Settings.Store)
+	return a, nil
+}
+
+// BuildGateway builds the providers and the gateway handler.
+func (a *App) BuildGateway() error {
+	s := a.Config.Settings
+	if s.MasterKey == "" {
+		if s.InLambda {
+			return errors.New("TOLLGATE_MASTER_KEY is required inside Lambda")
+		}
+		a.Log.Warn("dev mode: TOLLGATE_MASTER_KEY is not set, so any API key is accepted and " +
+			"X-Tollgate-User-Path (default /) chooses the user path; set a master key before exposing this port")
+	}
+	var ps []providers.Provider
+	ps = append(ps, mock.New("mock", s.MockLatency))
+	catalog, err := providers.NewCatalog(ps, nil, nil)
+	if err != nil {
+		return err
+	}
+	a.Catalog = catalog
+	names := make([]string, 0, len(ps))
+	for _, p := range ps {
+		names = append(names, p.Name())
+	}
+	a.Log.Info("providers ready", "providers", strings.Join(names, ","))
+	a.Gateway, err = proxy.New(proxy.Config{
+		Limiter:          a.Limiter,
+		Catalog:          catalog,
+		MasterKey:        s.MasterKey,
+		DefaultMaxTokens: a.Config.Gateway.DefaultMaxTokens,
+		MaxBodyBytes:     a.Config.Gateway.MaxBodyBytes,
+		FailOpen:         s.StoreFailure == "open",
+		Logger:           a.Log,
+	})
+	return err
+}
+
+// Close releases what the app holds.
+func (a *App) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+}
+
+// Exit logs err and exits the process; for main functions only.
+func Exit(log *slog.Logger, err error) {
+	log.Error("cannot start", "err", err.Error())
+	fmt.Fprintln(os.Stderr, "tollgate:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,389 @@
+// Package config reads tollgate's configuration once at start: the YAML file
+// named by TOLLGATE_CONFIG (default tollgate.yaml, if present), the
+// SET_RATE_LIMIT_* and SET_PROVIDER_RATE_LIMIT_* variables, and the
+// settings in the environment. Decoding is strict (unknown keys are errors)
+// and every problem is reported together, each prefixed with where it came
+// from: the file and line, or the variable.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// DefaultFile is read when TOLLGATE_CONFIG is unset and the file exists.
+const DefaultFile = "tollgate.yaml"
+
+// Config is everything tollgate is configured with.
+type Config struct {
+	// File is the YAML file read, or "" when there was none.
+	File string
+	// Rules are the config rules, from the file and the environment, all
+	// marked limiter.SourceConfig.
+	Rules []limiter.Rule
+	// RateLimitsEnabled is false when the file says rate_limits.enabled:
+	// false; rules are then loaded but not enforced.
+	RateLimitsEnabled bool
+
+	Gateway  Gateway
+	Settings Settings
+}
+
+// Gateway holds the gateway options of the file's gateway section.
+type Gateway struct {
+	// DefaultMaxTokens is the output reservation of a request that sets no
+	// max_tokens (or its equivalents).
+	DefaultMaxTokens int64
+	// MaxBodyBytes bounds a request body; larger bodies get 413.
+	MaxBodyBytes int64
+	// LeaseTTL bounds how long a request whose process died holds its slot.
+	LeaseTTL time.Duration
+}
+
+// Env is the process environment as a map.
+type Env map[string]string
+
+// Environ returns the process environment.
+func Environ() Env {
+	env := Env{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// Load reads the configuration from the environment and the file it names.
+func Load(env Env) (*Config, error) {
+	cfg := &Config{
+		RateLimitsEnabled: true,
+		Gateway: Gateway{
+			DefaultMaxTokens: 1024,
+			MaxBodyBytes:     10 << 20,
+			LeaseTTL:         limiter.DefaultLeaseTTL,
+		},
+	}
+	var errs []error
+	settings, err := loadSettings(env)
+	cfg.Settings = settings
+	errs = append(errs, err)
+
+	path, explicit := env["TOLLGATE_CONFIG"]
+	if !explicit || path == "" {
+		path = DefaultFile
+	}
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		cfg.File = path
+		errs = append(errs, cfg.loadFile(path, data))
+	case errors.Is(err, os.ErrNotExist) && !explicit:
+		// No file is fine: rules can come from the environment alone.
+	default:
+		errs = append(errs, fmt.Errorf("TOLLGATE_CONFIG: %w", err))
+	}
+
+	envRules, err := rulesFromEnv(env)
+	errs = append(errs, err)
+	cfg.Rules = append(cfg.Rules, envRules...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	// Duplicates across sources, and anything else the rule set refuses.
+	if _, err := limiter.NewRules(cfg.Rules); err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	return cfg, nil
+}
+
+// file is the YAML document.
+type file struct {
+	RateLimits *rateLimits  `yaml:"rate_limits"`
+	Gateway    *gatewaySpec `yaml:"gateway"`
+}
+
+type rateLimits struct {
+	Enabled   *bool          `yaml:"enabled"`
+	UserPaths []userPathSpec `yaml:"user_paths"`
+	Providers []providerSpec `yaml:"providers"`
+	Models    []modelSpec    `yaml:"models"`
+}
+
+type userPathSpec struct {
+	Path     string      `yaml:"path"`
+	PerChild bool        `yaml:"per_child"`
+	Limits   []limitSpec `yaml:"limits"`
+}
+
+// providerSpec and modelSpec accept per_child only to refuse it with a
+// clear reason rather than as an unknown key.
+type providerSpec struct {
+	Name     string      `yaml:"name"`
+	PerChild bool        `yaml:"per_child"`
+	Limits   []limitSpec `yaml:"limits"`
+}
+
+type modelSpec struct {
+	Model    string      `yaml:"model"`
+	PerChild bool        `yaml:"per_child"`
+	Limits   []limitSpec `yaml:"limits"`
+}
+
+// limitSpec is one period's limits, in YAML and in the JSON form of the
+// environment variables.
+type limitSpec struct {
+	Period          string `yaml:"period" json:"period"`
+	PeriodSeconds   int64  `yaml:"period_seconds" json:"period_seconds"`
+	MaxRequests     int64  `yaml:"max_requests" json:"max_requests"`
+	MaxTokens       int64  `yaml:"max_tokens" json:"max_tokens"`
+	MaxInputTokens  int64  `yaml:"max_input_tokens" json:"max_input_tokens"`
+	MaxOutputTokens int64  `yaml:"max_output_tokens" json:"max_output_tokens"`
+	Shards          int    `yaml:"shards" json:"shards"`
+	// PerChild is accepted in the JSON form only, where there is no
+	// enclosing path entry to carry it.
+	PerChild bool `yaml:"-" json:"per_child"`
+}
+
+type gatewaySpec struct {
+	DefaultMaxTokens *int64 `yaml:"default_max_tokens"`
+	MaxBodyBytes     *int64 `yaml:"max_body_bytes"`
+	LeaseTTL         string `yaml:"lease_ttl"`
+}
+
+func (cfg *Config) loadFile(path string, data []byte) error {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, errEOF) {
+			return nil // empty file
+		}
+		return yamlError(path, err)
+	}
+	var root yaml.Node
+	_ = yaml.Unmarshal(data, &root)
+	at := func(keys ...any) string {
+		loc := path
+		if line := lineOf(&root, keys...); line > 0 {
+			loc = fmt.Sprintf("%s:%d", path, line)
+		}
+		return loc + ": " + dotted(keys...)
+	}
+
+	var errs []error
+	if rl := f.RateLimits; rl != nil {
+		if rl.Enabled != nil {
+			cfg.RateLimitsEnabled = *rl.Enabled
+		}
+		for i, u := range rl.UserPaths {
+			if u.Path == "" {
+				errs = append(errs, fmt.Errorf("%s: path is missing", at("rate_limits", "user_paths", i)))
+				continue
+			}
+			for j, l := range u.Limits {
+				l.PerChild = u.PerChild
+				r, err := l.rule(limiter.ScopeUserPath, u.Path)
+				errs = append(errs, prefix(at("rate_limits", "user_paths", i, "limits", j), err))
+				cfg.Rules = appendIfValid(cfg.Rules, r, err)
+			}
+			if len(u.Limits) == 0 {
+				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "user_paths", i)))
+			}
+		}
+		for i, p := range rl.Providers {
+			if p.Name == "" {
+				errs = append(errs, fmt.Errorf("%s: name is missing", at("rate_limits", "providers", i)))
+				continue
+			}
+			for j, l := range p.Limits {
+				l.PerChild = p.PerChild
+				r, err := l.rule(limiter.ScopeProvider, p.Name)
+				errs = append(errs, prefix(at("rate_limits", "providers", i, "limits", j), err))
+				cfg.Rules = appendIfValid(cfg.Rules, r, err)
+			}
+		}
+		for i, m := range rl.Models {
+			if m.Model == "" {
+				errs = append(errs, fmt.Errorf("%s: model is missing", at("rate_limits", "models", i)))
+				continue
+			}
+			for j, l := range m.Limits {
+				l.PerChild = m.PerChild
+				r, err := l.rule(limiter.ScopeModel, m.Model)
+				errs = append(errs, prefix(at("rate_limits", "models", i, "limits", j), err))
+				cfg.Rules = appendIfValid(cfg.Rules, r, err)
+			}
+		}
+	}
+	if g := f.Gateway; g != nil {
+		if g.DefaultMaxTokens != nil {
+			if *g.DefaultMaxTokens < 1 {
+				errs = append(errs, fmt.Errorf("%s: must be at least 1", at("gateway", "default_max_tokens")))
+			}
+			cfg.Gateway.DefaultMaxTokens = *g.DefaultMaxTokens
+		}
+		if g.MaxBodyBytes != nil {
+			if *g.MaxBodyBytes < 1024 {
+				errs = append(errs, fmt.Errorf("%s: must be at least 1024", at("gateway", "max_body_bytes")))
+			}
+			cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
+		}
+		if g.LeaseTTL != "" {
+			d, err := time.ParseDuration(g.LeaseTTL)
+			if err != nil || d < time.Second {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration of at least 1s", at("gateway", "lease_ttl"), g.LeaseTTL))
+			}
+			cfg.Gateway.LeaseTTL = d
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rule turns a limit spec into a config rule and checks it.
+func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, error) {
+	r := limiter.Rule{
+		Scope:           scope,
+		Subject:         subject,
+		MaxRequests:     l.MaxRequests,
+		MaxTokens:       l.MaxTokens,
+		MaxInputTokens:  l.MaxInputTokens,
+		MaxOutputTokens: l.MaxOutputTokens,
+		PerChild:        l.PerChild,
+		Shards:          l.Shards,
+		Source:          limiter.SourceConfig,
+	}
+	var errs []error
+	switch {
+	case l.Period != "" && l.PeriodSeconds != 0:
+		errs = append(errs, errors.New("period and period_seconds are both set; use one"))
+	case l.Period != "":
+		p, err := limiter.ParsePeriod(l.Period)
+		errs = append(errs, err)
+		r.Period = p
+	case l.PeriodSeconds > 0:
+		r.Period = time.Duration(l.PeriodSeconds) * time.Second
+	case l.PeriodSeconds < 0:
+		errs = append(errs, fmt.Errorf("period_seconds: negative period %d", l.PeriodSeconds))
+	default:
+		errs = append(errs, errors.New("period: missing (want minute, hour, day, concurrent or period_seconds)"))
+	}
+	if l.MaxRequests == 0 && l.MaxTokens == 0 && l.MaxInputTokens == 0 && l.MaxOutputTokens == 0 {
+		errs = append(errs, errors.New("no limit set (max_requests, max_tokens, max_input_tokens or max_output_tokens)"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return r, err
+	}
+	return r, r.Validate()
+}
+
+func appendIfValid(rules []limiter.Rule, r limiter.Rule, err error) []limiter.Rule {
+	if err != nil {
+		return rules
+	}
+	return append(rules, r)
+}
+
+func prefix(where string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var msgs []string
+	for _, e := range unjoin(err) {
+		msgs = append(msgs, where+": "+e.Error())
+	}
+	return errors.New(strings.Join(msgs, "\n"))
+}
+
+// unjoin flattens errors.Join trees.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// lineOf returns the line of the node at keys (strings index mappings,
+// ints sequences) in a parsed document, or 0.
+func lineOf(root *yaml.Node, keys ...any) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, k := range keys {
+		switch k := k.(type) {
+		case string:
+			if n.Kind != yaml.MappingNode {
+				return 0
+			}
+			var next *yaml.Node
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == k {
+					next = n.Content[i+1]
+				}
+			}
+			if next == nil {
+				return 0
+			}
+			n = next
+		case int:
+			if n.Kind != yaml.SequenceNode || k >= len(n.Content) {
+				return 0
+			}
+			n = n.Content[k]
+		}
+	}
+	return n.Line
+}
+
+func dotted(keys ...any) string {
+	var b strings.Builder
+	for _, k := range keys {
+		switch k := k.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(k)
+		case int:
+			fmt.Fprintf(&b, "[%d]", k)
+		}
+	}
+	return b.String()
+}
+
+var fieldNotFound = regexp.MustCompile(`^line (\d+): field (\S+) not found in type`)
+var atLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// yamlError rewrites the decoder's errors as "file:line: reason", one per
+// line, naming unknown keys plainly.
+func yamlError(path string, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var errs []error
+	for _, e := range te.Errors {
+		if m := fieldNotFound.FindStringSubmatch(e); m != nil {
+			errs = append(errs, fmt.Errorf("%s:%s: unknown key %q", path, m[1], m[2]))
+		} else if m := atLine.FindStringSubmatch(e); m != nil {
+			errs = append(errs, fmt.Errorf("%s:%s: %s", path, m[1], m[2]))
+		} else {
+			errs = append(errs, fmt.Errorf("%s: %s", path, e))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,201 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func load(t *testing.T, env Env) (*Config, error) {
+	t.Helper()
+	if env == nil {
+		env = Env{}
+	}
+	return Load(env)
+}
+
+func TestGoodFile(t *testing.T) {
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/good.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Rules) != 9 {
+		t.Fatalf("%d rules, want 9: %+v", len(cfg.Rules), cfg.Rules)
+	}
+	want := map[limiter.RuleKey]limiter.Rule{
+		"user_path:/team/alpha:60":    {MaxRequests: 100, MaxTokens: 50000},
+		"user_path:/team/alpha:c":     {MaxRequests: 10},
+		"user_path:/customers:60":     {MaxRequests: 100, PerChild: true},
+		"user_path:/batch:300":        {MaxRequests: 50},
+		"provider:openai:c":           {MaxRequests: 50},
+		"model:openai/gpt-4o:60":      {MaxTokens: 90000},
+		"model:claude-sonnet-4:60":    {MaxInputTokens: 40000, MaxOutputTokens: 8000},
+		"user_path:/team/alpha:86400": {MaxRequests: 10000},
+		"provider:openai:60":          {MaxRequests: 500},
+	}
+	for _, r := range cfg.Rules {
+		w, ok := want[r.Key()]
+		if !ok {
+			t.Errorf("unexpected rule %s", r.Key())
+			continue
+		}
+		if r.Source != limiter.SourceConfig || r.MaxRequests != w.MaxRequests || r.MaxTokens != w.MaxTokens ||
+			r.MaxInputTokens != w.MaxInputTokens || r.MaxOutputTokens != w.MaxOutputTokens || r.PerChild != w.PerChild {
+			t.Errorf("rule %s = %+v, want limits %+v from config", r.Key(), r, w)
+		}
+	}
+	if cfg.Gateway.DefaultMaxTokens != 1024 || cfg.Gateway.MaxBodyBytes != 1<<20 || cfg.Gateway.LeaseTTL != 10*time.Minute {
+		t.Errorf("gateway %+v", cfg.Gateway)
+	}
+}
+
+func TestBadFiles(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string
+	}{
+		{"unknown_key.yaml", []string{`testdata/unknown_key.yaml:6: unknown key "max_request"`}},
+		{"negative_limit.yaml", []string{"testdata/negative_limit.yaml:5: rate_limits.user_paths[0].limits[0]: max_requests: negative limit -5"}},
+		{"unknown_period.yaml", []string{"testdata/unknown_period.yaml:5: rate_limits.providers[0].limits[0]: unknown period \"fortnight\""}},
+		{"duplicate_rule.yaml", []string{"duplicate of rule 0 (same scope, subject and period)"}},
+		{"per_child_provider.yaml", []string{"rate_limits.providers[0].limits[0]: per_child: only user_path rules can be per child"}},
+		{"bad_path.yaml", []string{"rate_limits.user_paths[0].limits[0]: user_path: user path \"/team/../admin\" has a \"..\" segment"}},
+		{"no_limits.yaml", []string{"rate_limits.user_paths[0].limits[0]: no limit set"}},
+		{"many_errors.yaml", []string{
+			"many_errors.yaml:5: rate_limits.user_paths[0].limits[0]: user_path: user path \"team\" does not start with '/'",
+			"many_errors.yaml:9: rate_limits.user_paths[1].limits[0]: no limit set",
+			"many_errors.yaml:13: rate_limits.models[0].limits[0]: max_tokens: a concurrent rule limits requests in flight, not tokens",
+			"many_errors.yaml:16: gateway.lease_ttl: \"soon\" is not a duration",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			_, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/" + tc.file})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestEmptyAndMissingFile(t *testing.T) {
+	if _, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/empty.yaml"}); err != nil {
+		t.Fatalf("empty file: %v", err)
+	}
+	if _, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/nope.yaml"}); err == nil || !strings.Contains(err.Error(), "TOLLGATE_CONFIG") {
+		t.Fatalf("a missing file named by TOLLGATE_CONFIG must fail, got %v", err)
+	}
+	cfg, err := load(t, Env{}) // tollgate.yaml does not exist here: fine
+	if err != nil || cfg.File != "" {
+		t.Fatalf("no file: %v %q", err, cfg.File)
+	}
+}
+
+func TestEnvRules(t *testing.T) {
+	cfg, err := load(t, Env{
+		"SET_RATE_LIMIT_TEAM__ALPHA":        "rpm=100,tpm=50000,rpd=10000,concurrent=10",
+		"SET_RATE_LIMIT_":                   "rpm=1000",
+		"SET_RATE_LIMIT_DATA_SCIENCE":       "rph=5",
+		"SET_PROVIDER_RATE_LIMIT_OPENAI_EU": "rpm=500,concurrent=50",
+		"SET_RATE_LIMIT_CUSTOMERS":          `[{"period":"minute","max_requests":100,"per_child":true}]`,
+		"SET_RATE_LIMIT_BATCH":              `[{"period_seconds":300,"max_requests":50}]`,
+		"UNRELATED":                         "x",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[limiter.RuleKey]limiter.Rule{}
+	for _, r := range cfg.Rules {
+		got[r.Key()] = r
+	}
+	checks := []struct {
+		key          limiter.RuleKey
+		req, tok     int64
+		perChild     bool
+		wantPresence bool
+	}{
+		{"user_path:/team/alpha:60", 100, 50000, false, true},
+		{"user_path:/team/alpha:86400", 10000, 0, false, true},
+		{"user_path:/team/alpha:c", 10, 0, false, true},
+		{"user_path:/:60", 1000, 0, false, true},
+		{"user_path:/data-science:3600", 5, 0, false, true},
+		{"provider:openai-eu:60", 500, 0, false, true},
+		{"provider:openai-eu:c", 50, 0, false, true},
+		{"user_path:/customers:60", 100, 0, true, true},
+		{"user_path:/batch:300", 50, 0, false, true},
+	}
+	for _, c := range checks {
+		r, ok := got[c.key]
+		if !ok {
+			t.Errorf("missing rule %s (have %v)", c.key, keys(got))
+			continue
+		}
+		if r.MaxRequests != c.req || r.MaxTokens != c.tok || r.PerChild != c.perChild || r.Source != limiter.SourceConfig {
+			t.Errorf("rule %s = %+v", c.key, r)
+		}
+	}
+	if len(got) != len(checks) {
+		t.Errorf("%d rules, want %d: %v", len(got), len(checks), keys(got))
+	}
+}
+
+func keys(m map[limiter.RuleKey]limiter.Rule) []limiter.RuleKey {
+	var out []limiter.RuleKey
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestBadEnv(t *testing.T) {
+	_, err := load(t, Env{
+		"SET_RATE_LIMIT_A":            "rpm=ten",
+		"SET_RATE_LIMIT_B":            "rpw=5",
+		"SET_RATE_LIMIT_C":            "rpm=-1",
+		"SET_RATE_LIMIT_D":            `[{"period":"minute","max_requets":5}]`,
+		"SET_PROVIDER_RATE_LIMIT_X":   `[{"period":"minute","max_requests":5,"per_child":true}]`,
+		"SET_PROVIDER_RATE_LIMIT_":    "rpm=1",
+		"SET_RATE_LIMIT_E":            "",
+		"SET_RATE_LIMIT_F":            "rpm=1,rpm=2",
+		"PORT":                        "eighty",
+		"TOLLGATE_STORE":              "redis",
+		"TOLLGATE_RECONCILE_INTERVAL": "5",
+	})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{
+		`SET_RATE_LIMIT_A: rpm: "ten" is not a whole number`,
+		`SET_RATE_LIMIT_B: "rpw=5": unknown key "rpw"`,
+		`SET_RATE_LIMIT_C: rpm: negative limit -1`,
+		`SET_RATE_LIMIT_D: JSON: json: unknown field "max_requets"`,
+		`SET_PROVIDER_RATE_LIMIT_X: [0]: per_child: only user_path rules can be per child`,
+		`SET_PROVIDER_RATE_LIMIT_: no provider name`,
+		`SET_RATE_LIMIT_E: empty value`,
+		`SET_RATE_LIMIT_F: "rpm=2": rpm given twice`,
+		`PORT: "eighty" is not a port number`,
+		`TOLLGATE_STORE: "redis" is neither memory nor dynamodb`,
+		`TOLLGATE_RECONCILE_INTERVAL: "5" is not a positive Go duration`,
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error does not contain %q:\n%v", w, err)
+		}
+	}
+}
+
+func TestDuplicateAcrossSources(t *testing.T) {
+	_, err := load(t, Env{
+		"TOLLGATE_CONFIG":            "testdata/good.yaml",
+		"SET_RATE_LIMIT_TEAM__ALPHA": "rpm=5",
+	})
+	if err == nil || !strings.Contains(err.Error(), "duplicate") {
+		t.Fatalf("a rule in both the file and the environment must be refused, got %v", err)
+	}
+}

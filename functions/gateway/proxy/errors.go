@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers"
+)
+
+// Values of the x-tollgate-decision header and the gateway_decision field:
+// whether the gateway refused on its own, or the provider answered 429
+// after the gateway admitted the request. The first is deliberate
+// protection; the second means a limit is calibrated wrong.
+const (
+	DecisionLocalReject         = "local_reject"
+	DecisionUpstreamRateLimited = "upstream_rate_limited"
+	headerDecision              = "X-Tollgate-Decision"
+	headerRule                  = "X-Tollgate-Rule"
+	headerShouldRetry           = "X-Should-Retry"
+	shouldNotRetryAfter         = 60 * time.Second
+	errTypeRateLimit            = "rate_limit_error"
+	errTypeInvalidRequest       = "invalid_request_error"
+	errTypeAuthentication       = "authentication_error"
+	errTypePermission           = "permission_error"
+	errTypeNotFound             = "not_found_error"
+	errTypeServer               = "api_error"
+	errTypeOverloaded           = "overloaded_error"
+	errCodeRateLimitExceeded    = "rate_limit_exceeded"
+	errCodeServiceUnavailable   = "service_unavailable"
+	errCodeModelNotFound        = "model_not_found"
+	errCodeInvalidAPIKey        = "invalid_api_key"
+	errCodeRequestTooLarge      = "request_too_large"
+	errCodeUnsupportedMediaType = "unsupported_media_type"
+	errCodeInvalidUserPath      = "invalid_user_path"
+	errCodeUpstream             = "upstream_error"
+	errCodeNotSupported         = "not_supported"
+)
+
+// apiError is an error answer, written in the client's protocol.
+type apiError struct {
+	status   int
+	typ      string // OpenAI/Anthropic error type
+	code     string // OpenAI error code
+	param    string
+	message  string
+	decision string // gateway_decision, for rate limits
+}
+
+// gemini status names by HTTP status.
+var geminiStatus = map[int]string{
+	400: "INVALID_ARGUMENT",
+	401: "UNAUTHENTICATED",
+	403: "PERMISSION_DENIED",
+	404: "NOT_FOUND",
+	405: "INVALID_ARGUMENT",
+	413: "INVALID_ARGUMENT",
+	415: "INVALID_ARGUMENT",
+	429: "RESOURCE_EXHAUSTED",
+	500: "INTERNAL",
+	502: "UNAVAILABLE",
+	503: "UNAVAILABLE",
+	504: "DEADLINE_EXCEEDED",
+}
+
+// writeError writes e in proto's error shape. retryDelay, when positive,
+// becomes Gemini's RetryInfo.
+func writeError(w http.ResponseWriter, proto providers.Protocol, e apiError, retryDelay time.Duration) {
+	var body any
+	switch proto {
+	case providers.ProtocolAnthropic:
+		inner := map[string]any{"type": e.typ, "message": e.message}
+		if e.decision != "" {
+			inner["gateway_decision"] = e.decision
+		}
+		body = map[string]any{"type": "error", "error": inner}
+	case providers.ProtocolGemini:
+		status := geminiStatus[e.status]
+		if status == "" {
+			status = "UNKNOWN"
+		}
+		inner := map[string]any{"code": e.status, "message": e.message, "status": status}
+		var details []any
+		if retryDelay > 0 {
+			details = append(details, map[string]any{
+				"@type":      "type.googleapis.com/google.rpc.RetryInfo",
+				"retryDelay": strconv.FormatInt(ceilSeconds(retryDelay), 10) + "s",
+			})
+		}
+		if e.decision != "" {
+			details = append(details, map[string]any{
+				"@type":    "type.googleapis.com/google.rpc.ErrorInfo",
+				"reason":   "RATE_LIMIT_EXCEEDED",
+				"domain":   "tollgate",
+				"metadata": map[string]string{"gateway_decision": e.decision},
+			})
+		}
+		if details != nil {
+			inner["details"] = details
+		}
+		body = map[string]any{"error": inner}
+	default:
+		inner := map[string]any{"message": e.message, "type": e.typ, "param": nil, "code": nil}
+		if e.param != "" {
+			inner["param"] = e.param
+		}
+		if e.code != "" {
+			inner["code"] = e.code
+		}
+		if e.decision != "" {
+			inner["gateway_decision"] = e.decision
+		}
+		body = map[string]any{"error": inner}
+	}
+	b, _ := json.Marshal(body)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(e.status)
+	_, _ = w.Write(b)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// setRateHeaders writes the x-ratelimit-* headers of a decision, replacing
+// any from an earlier attempt.
+func setRateHeaders(h http.Header, d limiter.Decision) {
+	for _, dim := range []struct {
+		name string
+		q    limiter.Quota
+	}{{"requests", d.Requests}, {"tokens", d.Tokens}} {
+		h.Del("X-Ratelimit-Limit-" + dim.name)
+		h.Del("X-Ratelimit-Remaining-" + dim.name)
+		h.Del("X-Ratelimit-Reset-" + dim.name)
+		if !dim.q.IsSet() {
+			continue
+		}
+		h.Set("X-Ratelimit-Limit-"+dim.name, strconv.FormatInt(dim.q.Limit, 10))
+		h.Set("X-Ratelimit-Remaining-"+dim.name, strconv.FormatInt(dim.q.Remaining, 10))
+		if dim.q.HasReset {
+			h.Set("X-Ratelimit-Reset-"+dim.name, limiter.FormatReset(dim.q.Reset))
+		}
+	}
+}
+
+// ruleName names a rule in the x-tollgate-rule header:
+// "user_path:/team/alpha:minute", with a per_child rule's child resolved.
+func ruleName(r *limiter.Refusal) string {
+	return r.Rule.Scope.String() + ":" + r.Subject() + ":" + limiter.PeriodName(r.Rule.Period)
+}
+
+// writeRefusal writes the 429 of a local refusal.
+func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Decision) {
+	r := d.Refused
+	h := w.Header()
+	setRateHeaders(h, d)
+	h.Set(headerDecision, DecisionLocalReject)
+	h.Set(headerRule, ruleName(r))
+	var delay time.Duration
+	if r.Retryable {
+		delay = r.RetryAfter
+		setRetryAfter(h, delay)
+	} else {
+		h.Set(headerShouldRetry, "false")
+	}
+	writeError(w, proto, apiError{
+		status:   http.StatusTooManyRequests,
+		typ:      errTypeRateLimit,
+		code:     errCodeRateLimitExceeded,
+		message:  r.Message(),
+		decision: DecisionLocalReject,
+	}, delay)
+}
+
+// setRetryAfter writes Retry-After in whole seconds rounded up, the exact
+// wait in retry-after-ms, and x-should-retry: false past a minute, because
+// common SDKs ignore long Retry-After values and would retry at once.
+func setRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(d), 10))
+	h.Set("Retry-After-Ms", strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10))
+	if d > shouldNotRetryAfter {
+		h.Set(headerShouldRetry, "false")
+	}
+}

@@ -1,0 +1,154 @@
+// Package proxy is the gateway's HTTP handler: it authenticates a call,
+// parses what admission needs, resolves the model to its targets, admits
+// the request against the limiter for the first target with capacity,
+// forwards it, and records what it used. The same http.Handler serves a
+// local process, httptest and Lambda.
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"mime"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/tokens"
+)
+
+// Config configures a Handler.
+type Config struct {
+	Limiter *limiter.Limiter
+	Catalog *providers.Catalog
+	// Estimator counts prompt tokens for the reservation; nil uses
+	// tokens.Heuristic.
+	Estimator tokens.Estimator
+	// MasterKey authenticates the master caller. Empty is dev mode: any
+	// key is accepted and the user path comes from X-Tollgate-User-Path.
+	MasterKey string
+	// Keys resolves managed keys; nil when there are none.
+	Keys Keys
+	// DefaultMaxTokens is the output reservation when a request sets no
+	// cap of its own.
+	DefaultMaxTokens int64
+	// MaxBodyBytes bounds request bodies (413 beyond).
+	MaxBodyBytes int64
+	// FailOpen admits requests when the limit store cannot answer; by
+	// default (false) they are refused with 503 and nothing goes upstream.
+	FailOpen bool
+	// CompletionTimeout bounds the write that records usage after a
+	// response; the client's own cancellation does not cut it short.
+	CompletionTimeout time.Duration
+
+	Logger *slog.Logger
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// NewID names requests; nil uses 16 random bytes in hex.
+	NewID func() string
+	// Rand draws weighted targets; nil uses math/rand/v2.
+	Rand func() float64
+}
+
+// Handler is the gateway's http.Handler.
+type Handler struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// failOpenAdmits counts requests admitted unchecked because the store
+	// failed and the failure mode is open.
+	failOpenAdmits atomic.Int64
+}
+
+// FailOpenAdmits returns how many requests were admitted without a limit
+// check because the store was unavailable (failure mode open).
+func (h *Handler) FailOpenAdmits() int64 { return h.failOpenAdmits.Load() }
+
+// New returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Limiter == nil || cfg.Catalog == nil {
+		return nil, errors.New("proxy: Limiter and Catalog are required")
+	}
+	if cfg.Estimator == nil {
+		cfg.Estimator = tokens.Heuristic{}
+	}
+	if cfg.DefaultMaxTokens <= 0 {
+		cfg.DefaultMaxTokens = 1024
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 10 << 20
+	}
+	if cfg.CompletionTimeout <= 0 {
+		cfg.CompletionTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = randomID
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = mrand.Float64
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	h.routes()
+	return h, nil
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) routes() {
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	h.mux.HandleFunc("POST /v1/chat/completions", h.chat)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, providers.ProtocolOpenAI, apiError{
+			status: http.StatusNotFound, typ: errTypeInvalidRequest, code: "unknown_url",
+			message: "unknown route " + r.Method + " " + r.URL.Path,
+		}, 0)
+	})
+}
+
+// readJSON reads a JSON request body within the size limit, writing the
+// error answer and returning false when it cannot.
+func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol) ([]byte, bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			writeError(w, proto, apiError{status: http.StatusUnsupportedMediaType, typ: errTypeInvalidRequest, code: errCodeUnsupportedMediaType,
+				message: "unsupported Content-Type " + ct + ": send application/json"}, 0)
+			return nil, false
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, proto, apiError{status: http.StatusRequestEntityTooLarge, typ: errTypeInvalidRequest, code: errCodeRequestTooLarge,
+				message: "request body is larger than the gateway's limit of " + itoa(h.cfg.MaxBodyBytes) + " bytes"}, 0)
+			return nil, false
+		}
+		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, message: "could not read the request body: " + err.Error()}, 0)
+		return nil, false
+	}
+	return body, true
+}

@@ -1,0 +1,338 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers"
+)
+
+// exchange is one client request, parsed as far as admission needs.
+type exchange struct {
+	proto       providers.Protocol
+	op          providers.Op
+	model       string // as the client named it
+	body        []byte
+	stream      bool
+	maxTokens   int64 // the client's own output cap; 0 when unset
+	inputTokens int64 // the gateway's estimate of the prompt
+	caller      Caller
+	// userPathOnly admits by user-path rules only, holding no slot (batch
+	// submissions).
+	userPathOnly bool
+
+	// For audio and passthrough calls.
+	method, path, query string
+	header              http.Header
+	// route, when set, is the resolution to use instead of the model's
+	// (passthrough names its provider in the URL).
+	route *providers.Route
+}
+
+// serve admits ex for the first target of its model with capacity,
+// forwards it, and records its usage. Targets whose provider or model rule
+// is exhausted are skipped without being called; a user-path rule refuses
+// outright, since no other target can help.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
+	var route providers.Route
+	if ex.route != nil {
+		route = *ex.route
+	} else {
+		var ok bool
+		if route, ok = h.cfg.Catalog.Resolve(ex.model); !ok {
+			writeError(w, ex.proto, apiError{status: http.StatusNotFound, typ: errTypeNotFound, code: errCodeModelNotFound, param: "model",
+				message: "the model `" + ex.model + "` does not exist or is not served by this gateway"}, 0)
+			return
+		}
+	}
+	reqID := h.cfg.NewID()
+	w.Header().Set("X-Request-Id", reqID)
+	reserveOut := ex.maxTokens
+	if reserveOut <= 0 {
+		reserveOut = h.cfg.DefaultMaxTokens
+	}
+	if ex.userPathOnly || ex.op == providers.OpEmbeddings {
+		reserveOut = 0
+	}
+	ctx := r.Context()
+	var saturated *limiter.Decision
+	var failed *providers.Error
+	for i, t := range h.order(route) {
+		lr := limiter.Request{
+			ID:           reqID + "." + strconv.Itoa(i),
+			Subject:      limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model},
+			Route:        ex.op.String(),
+			InputTokens:  ex.inputTokens,
+			OutputTokens: reserveOut,
+			UserPathOnly: ex.userPathOnly,
+		}
+		d, err := h.cfg.Limiter.Admit(ctx, h.cfg.Now(), lr)
+		if err != nil {
+			if !h.cfg.FailOpen {
+				h.log.Error("refused: limit store unavailable (failure mode closed)",
+					"request_id", reqID, "user_path", ex.caller.UserPath, "err", err)
+				writeError(w, ex.proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: errCodeServiceUnavailable,
+					message: "the gateway cannot check rate limits right now; nothing was sent upstream, try again shortly"}, time.Second)
+				return
+			}
+			h.log.Warn("admitted without limits: limit store unavailable (failure mode open)",
+				"request_id", reqID, "user_path", ex.caller.UserPath, "provider", t.Provider.Name(), "err", err)
+			h.failOpenAdmits.Add(1)
+			d = limiter.Decision{Allowed: true}
+		}
+		if !d.Allowed {
+			h.logRefusal(reqID, ex, t, d)
+			if d.Refused.Scope() == limiter.ScopeUserPath {
+				writeRefusal(w, ex.proto, d)
+				return
+			}
+			if saturated == nil || sooner(d.Refused, saturated.Refused) {
+				saturated = &d
+			}
+			continue
+		}
+		perr := h.forward(w, r, ex, t, d, reqID)
+		if perr == nil {
+			return
+		}
+		failed = perr
+		if !perr.Retryable() {
+			break
+		}
+	}
+	switch {
+	case saturated != nil:
+		writeRefusal(w, ex.proto, *saturated)
+	case failed != nil:
+		h.relayFailure(w, ex.proto, failed)
+	default:
+		writeError(w, ex.proto, apiError{status: http.StatusBadGateway, typ: errTypeServer, code: errCodeUpstream,
+			message: "no target could serve the request"}, 0)
+	}
+}
+
+// sooner reports whether refusal a can be retried before b.
+func sooner(a, b *limiter.Refusal) bool {
+	if a.Retryable != b.Retryable {
+		return a.Retryable
+	}
+	return a.RetryAfter < b.RetryAfter
+}
+
+// order returns the targets in the order to try them: as configured for
+// failover, drawn by weight for a weighted alias.
+func (h *Handler) order(rt providers.Route) []providers.Target {
+	if rt.Strategy != providers.Weighted || len(rt.Targets) < 2 {
+		return rt.Targets
+	}
+	rest := slices.Clone(rt.Targets)
+	out := make([]providers.Target, 0, len(rest))
+	for len(rest) > 0 {
+		total := 0
+		for _, t := range rest {
+			total += t.Weight
+		}
+		x := h.cfg.Rand() * float64(total)
+		i := 0
+		for acc := float64(rest[0].Weight); i < len(rest)-1 && x >= acc; acc += float64(rest[i].Weight) {
+			i++
+		}
+		out = append(out, rest[i])
+		rest = slices.Delete(rest, i, i+1)
+	}
+	return out
+}
+
+// forward sends an admitted request to target t and records its usage. It
+// returns the provider's error when the upstream failed before anything
+// was written, so the caller can fail over.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, t providers.Target, d limiter.Decision, reqID string) *providers.Error {
+	start := h.cfg.Now()
+	hdr := w.Header()
+	setRateHeaders(hdr, d)
+	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
+	hdr.Set("X-Tollgate-Model", t.Model)
+	tw := &trackingWriter{ResponseWriter: w}
+	res, err := t.Provider.Serve(r.Context(), tw, &providers.Request{
+		Op:          ex.op,
+		Model:       t.Model,
+		Stream:      ex.stream,
+		Body:        ex.body,
+		Path:        ex.path,
+		Query:       ex.query,
+		Method:      ex.method,
+		Header:      ex.header,
+		InputTokens: ex.inputTokens,
+		MaxTokens:   ex.maxTokens,
+	})
+	used := limiter.Usage{
+		InputTokens:       res.Usage.InputTokens,
+		OutputTokens:      res.Usage.OutputTokens,
+		CachedInputTokens: res.Usage.CachedInputTokens,
+		Exact:             res.Usage.Reported,
+	}
+	var perr *providers.Error
+	if err != nil && !tw.wrote {
+		if !errors.As(err, &perr) {
+			perr = &providers.Error{Provider: t.Provider.Name(), Err: err}
+		}
+		// An upstream that answered with an error status used nothing; one
+		// that timed out may have, so its reservation is kept.
+		used = limiter.Usage{Exact: perr.Status != 0}
+	}
+	clientGone := r.Context().Err() != nil
+	h.complete(r.Context(), d.Lease, used)
+	status := res.Status
+	if perr != nil {
+		status = perr.Status
+	}
+	h.log.Info("request finished",
+		"request_id", reqID,
+		"user_path", ex.caller.UserPath,
+		"route", ex.op.String(),
+		"model", ex.model,
+		"provider", t.Provider.Name(),
+		"target_model", t.Model,
+		"stream", ex.stream,
+		"status", status,
+		"estimate_input_tokens", ex.inputTokens,
+		"used_input_tokens", used.InputTokens,
+		"used_output_tokens", used.OutputTokens,
+		"cached_input_tokens", used.CachedInputTokens,
+		"usage_reported", used.Exact,
+		"client_gone", clientGone,
+		"duration_ms", h.cfg.Now().Sub(start).Milliseconds(),
+	)
+	if perr != nil {
+		h.log.Warn("upstream failed before answering",
+			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
+	}
+	return perr
+}
+
+// complete records usage and frees the lease's slots, even when the
+// client has gone.
+func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limiter.Usage) {
+	if lease == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CompletionTimeout)
+	defer cancel()
+	if err := h.cfg.Limiter.Complete(ctx, h.cfg.Now(), lease, used); err != nil {
+		h.log.Error("could not record completion; the slot frees at lease expiry", "lease", lease.ID, "err", err)
+	}
+}
+
+func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {
+	r := d.Refused
+	h.log.Info("refused",
+		"request_id", reqID,
+		"user_path", ex.caller.UserPath,
+		"route", ex.op.String(),
+		"model", ex.model,
+		"provider", t.Provider.Name(),
+		"target_model", t.Model,
+		"rule", ruleName(r),
+		"dimension", r.Kind.String(),
+		"limit", r.Limit,
+		"asked", r.Amount,
+		"retry_after_ms", r.RetryAfter.Milliseconds(),
+		"retryable", r.Retryable,
+		"next_target", r.Scope() != limiter.ScopeUserPath,
+	)
+}
+
+// relayFailure answers with an upstream failure when no target served.
+func (h *Handler) relayFailure(w http.ResponseWriter, proto providers.Protocol, e *providers.Error) {
+	msg := upstreamMessage(e)
+	switch {
+	case e.RateLimited():
+		hdr := w.Header()
+		hdr.Set(headerDecision, DecisionUpstreamRateLimited)
+		if e.Limits.RetryAfter > 0 {
+			setRetryAfter(hdr, e.Limits.RetryAfter)
+		}
+		writeError(w, proto, apiError{status: http.StatusTooManyRequests, typ: errTypeRateLimit, code: errCodeRateLimitExceeded,
+			message: "provider " + e.Provider + " is rate limiting: " + msg, decision: DecisionUpstreamRateLimited}, e.Limits.RetryAfter)
+	case e.Status == 0:
+		status := http.StatusBadGateway
+		if errors.Is(e.Err, context.DeadlineExceeded) {
+			status = http.StatusGatewayTimeout
+		}
+		writeError(w, proto, apiError{status: status, typ: errTypeServer, code: errCodeUpstream,
+			message: "provider " + e.Provider + " could not be reached: " + msg}, 0)
+	case e.Status >= 500:
+		writeError(w, proto, apiError{status: http.StatusBadGateway, typ: errTypeServer, code: errCodeUpstream,
+			message: "provider " + e.Provider + " failed with status " + strconv.Itoa(e.Status) + ": " + msg}, 0)
+	default:
+		typ := errTypeInvalidRequest
+		switch e.Status {
+		case http.StatusUnauthorized:
+			typ = errTypeAuthentication
+		case http.StatusForbidden:
+			typ = errTypePermission
+		case http.StatusNotFound:
+			typ = errTypeNotFound
+		}
+		if errors.Is(e.Err, providers.ErrUnsupported) {
+			writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: errCodeNotSupported,
+				message: "provider " + e.Provider + ": " + msg}, 0)
+			return
+		}
+		writeError(w, proto, apiError{status: e.Status, typ: typ, message: "provider " + e.Provider + ": " + msg}, 0)
+	}
+}
+
+// trackingWriter notes whether the response was started, so a provider
+// error after that is not mistaken for one that allows failover.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(p []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(p)
+}
+
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// upstreamMessage extracts a readable message from an upstream error.
+func upstreamMessage(e *providers.Error) string {
+	if len(e.Body) > 0 {
+		var b struct {
+			Error   json.RawMessage `json:"error"`
+			Message string          `json:"message"`
+		}
+		if json.Unmarshal(e.Body, &b) == nil {
+			var inner struct {
+				Message string `json:"message"`
+			}
+			if json.Unmarshal(b.Error, &inner) == nil && inner.Message != "" {
+				return inner.Message
+			}
+			var s string
+			if json.Unmarshal(b.Error, &s) == nil && s != "" {
+				return s
+			}
+			if b.Message != "" {
+				return b.Message
+			}
+		}
+	}
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return http.StatusText(e.Status)
+}

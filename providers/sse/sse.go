@@ -1,0 +1,160 @@
+// Package sse reads and writes server-sent events, the framing every
+// provider streams in.
+package sse
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// Event is one server-sent event. Raw is the event exactly as it arrived,
+// including its terminating blank line, so it can be relayed unchanged.
+type Event struct {
+	Name string // the "event:" field; "" for the default
+	Data []byte // the "data:" lines joined with "\n"
+	Raw  []byte
+}
+
+// MaxEventBytes bounds one event; a longer one is an error.
+const MaxEventBytes = 4 << 20
+
+// Reader reads events from a stream.
+type Reader struct {
+	r   *bufio.Reader
+	raw bytes.Buffer
+}
+
+// NewReader returns a Reader on r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, 32<<10)}
+}
+
+// ErrTooLong is returned for an event over MaxEventBytes.
+var ErrTooLong = errors.New("sse: event too long")
+
+// Next returns the next event. It returns io.EOF at a clean end of stream,
+// and io.ErrUnexpectedEOF when the stream ends inside an event.
+func (rd *Reader) Next() (Event, error) {
+	rd.raw.Reset()
+	var ev Event
+	var data bytes.Buffer
+	hasData := false
+	for {
+		line, err := rd.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line: gather it whole.
+			buf := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				if len(buf) > MaxEventBytes {
+					return Event{}, ErrTooLong
+				}
+				line, err = rd.r.ReadSlice('\n')
+				buf = append(buf, line...)
+			}
+			line = buf
+		}
+		if len(line) > 0 {
+			rd.raw.Write(line)
+			if rd.raw.Len() > MaxEventBytes {
+				return Event{}, ErrTooLong
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if rd.raw.Len() == 0 || len(bytes.TrimSpace(rd.raw.Bytes())) == 0 {
+					return Event{}, io.EOF
+				}
+				// A final event without its blank line: deliver it.
+				if hasData || ev.Name != "" {
+					ev.Data = data.Bytes()
+					ev.Raw = append(rd.raw.Bytes(), '\n')
+					return ev, nil
+				}
+				return Event{}, io.ErrUnexpectedEOF
+			}
+			return Event{}, err
+		}
+		trimmed := bytes.TrimRight(line, "\r\n")
+		if len(trimmed) == 0 {
+			if !hasData && ev.Name == "" {
+				rd.raw.Reset() // stray blank line or comment-only event
+				continue
+			}
+			ev.Data = data.Bytes()
+			ev.Raw = rd.raw.Bytes()
+			return ev, nil
+		}
+		if trimmed[0] == ':' {
+			continue // comment
+		}
+		field, value, _ := bytes.Cut(trimmed, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			ev.Name = string(value)
+		case "data":
+			if hasData {
+				data.WriteByte('\n')
+			}
+			data.Write(value)
+			hasData = true
+		}
+	}
+}
+
+// Writer writes events to an HTTP response, flushing each.
+type Writer struct {
+	w http.ResponseWriter
+	c *http.ResponseController
+}
+
+// NewWriter returns a Writer on w. It does not write headers.
+func NewWriter(w http.ResponseWriter) *Writer {
+	return &Writer{w: w, c: http.NewResponseController(w)}
+}
+
+// Header sets the headers of an event stream and writes the status.
+func Header(w http.ResponseWriter, status int) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+}
+
+// Event writes one event with the given name ("" for none) and data.
+func (sw *Writer) Event(name string, data []byte) error {
+	var b bytes.Buffer
+	if name != "" {
+		b.WriteString("event: ")
+		b.WriteString(name)
+		b.WriteByte('\n')
+	}
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		b.WriteString("data: ")
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	return sw.Raw(b.Bytes())
+}
+
+// Raw writes bytes already framed as events and flushes them.
+func (sw *Writer) Raw(p []byte) error {
+	if _, err := sw.w.Write(p); err != nil {
+		return err
+	}
+	return sw.Flush()
+}
+
+// Flush sends what was written to the client now.
+func (sw *Writer) Flush() error {
+	if err := sw.c.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
