@@ -1,0 +1,175 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/tollgate/tollgate/infra/awserr"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// maxTransactItems is DynamoDB's limit of actions in one transaction.
+const maxTransactItems = 100
+
+// Settle implements limiter.Store. Each lease's settled marker is written
+// in the same transaction as the counter changes, so a settlement is
+// applied exactly once however often it is replayed, and a process that
+// dies mid-way leaves either all of it or none. Deltas of one batch are
+// summed per counter, so a hot window takes one write per batch rather
+// than one per request.
+func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) error {
+	todo := make([]settlement, 0, len(settlements))
+	seen := map[string]bool{}
+	for _, st := range settlements {
+		id := st.Lease.ID
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		corr := limiter.Corrections(st)
+		if !slices.ContainsFunc(corr, func(d int64) bool { return d != 0 }) {
+			continue // nothing to change, nothing to guard
+		}
+		todo = append(todo, settlement{st: st, corrections: corr})
+	}
+	var errs []error
+	for attempt := 0; len(todo) > 0 && attempt < 3; attempt++ {
+		var err error
+		if todo, err = s.unsettled(ctx, todo); err != nil {
+			return err
+		}
+		var retry []settlement
+		for _, chunk := range chunkSettlements(todo) {
+			err := s.transact(ctx, s.settleItems(chunk))
+			switch {
+			case err == nil:
+			case markerRace(err):
+				// Another reconciler settled some of these meanwhile: look
+				// again at which are left.
+				retry = append(retry, chunk...)
+			default:
+				errs = append(errs, awserr.Classify("settle", err))
+			}
+		}
+		todo = retry
+	}
+	if len(todo) > 0 {
+		errs = append(errs, fmt.Errorf("settle: %d settlements still racing after retries: %w", len(todo), limiter.ErrContention))
+	}
+	return errors.Join(errs...)
+}
+
+type settlement struct {
+	st          limiter.Settlement
+	corrections []int64
+}
+
+// unsettled drops the settlements whose marker exists.
+func (s *Store) unsettled(ctx context.Context, todo []settlement) ([]settlement, error) {
+	keys := make([]string, len(todo))
+	for i, t := range todo {
+		keys[i] = settledKey(t.st.Lease.ID)
+	}
+	got, err := s.getItems(ctx, s.tables.Counters, keys, attrPK)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(todo, func(t settlement) bool {
+		_, done := got[settledKey(t.st.Lease.ID)]
+		return done
+	}), nil
+}
+
+// chunkSettlements groups settlements so that each group's markers plus
+// distinct counters fit in one transaction.
+func chunkSettlements(todo []settlement) [][]settlement {
+	var chunks [][]settlement
+	var cur []settlement
+	counters := map[string]bool{}
+	for _, t := range todo {
+		added := 0
+		for i, c := range t.st.Lease.Charges {
+			if k := CounterKey(c.Counter); t.corrections[i] != 0 && !counters[k] {
+				added++
+			}
+		}
+		if len(cur) > 0 && len(cur)+1+len(counters)+added > maxTransactItems {
+			chunks = append(chunks, cur)
+			cur, counters = nil, map[string]bool{}
+		}
+		cur = append(cur, t)
+		for i, c := range t.st.Lease.Charges {
+			if t.corrections[i] != 0 {
+				counters[CounterKey(c.Counter)] = true
+			}
+		}
+	}
+	if len(cur) > 0 {
+		chunks = append(chunks, cur)
+	}
+	return chunks
+}
+
+// settleItems builds one transaction: a marker per lease and one summed
+// ADD per counter.
+func (s *Store) settleItems(chunk []settlement) []types.TransactWriteItem {
+	var items []types.TransactWriteItem
+	sums := map[string]int64{}
+	charge := map[string]*limiter.Charge{}
+	var order []string
+	for _, t := range chunk {
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName: &s.tables.Counters,
+			Item: map[string]types.AttributeValue{
+				attrPK:  sv(settledKey(t.st.Lease.ID)),
+				attrTTL: n(s.ttlAfter(t.st.Lease.ExpiresAt)),
+			},
+			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+			ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+		}})
+		for i := range t.st.Lease.Charges {
+			d := t.corrections[i]
+			if d == 0 {
+				continue
+			}
+			c := &t.st.Lease.Charges[i]
+			k := CounterKey(c.Counter)
+			if _, ok := sums[k]; !ok {
+				order = append(order, k)
+				charge[k] = c
+			}
+			sums[k] += d
+		}
+	}
+	for _, k := range order {
+		if sums[k] == 0 {
+			continue
+		}
+		c := charge[k]
+		// No condition: an overshoot is charged even past the limit.
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName:                 &s.tables.Counters,
+			Key:                       keyOf(k),
+			UpdateExpression:          aws.String("ADD #n :d SET #t = if_not_exists(#t, :t)"),
+			ExpressionAttributeNames:  map[string]string{"#n": attrN, "#t": attrTTL},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":d": n(sums[k]), ":t": n(s.ttlAfter(c.WindowEnd().Add(c.Period)))},
+		}})
+	}
+	return items
+}
+
+// markerRace reports whether a transaction was cancelled because a settled
+// marker already existed.
+func markerRace(err error) bool {
+	for _, r := range awserr.CancellationReasons(err) {
+		if r.Code != nil && *r.Code == "ConditionalCheckFailed" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,233 @@
+package dynamostore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/tollgate/tollgate/infra/dynamostore"
+	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/storetest"
+)
+
+func minuteCharge(rule string, now time.Time, limit, amount int64) limiter.Charge {
+	return limiter.Charge{
+		Counter: limiter.Counter{Rule: rule, Kind: limiter.KindRequests, Window: now.UnixNano() / int64(time.Minute)},
+		Period:  time.Minute, Limit: limit, Amount: amount,
+	}
+}
+
+// One admission is one round trip: the previous window's count is read
+// once per window and process, then cached, since a closed request window
+// never changes.
+func TestOneRoundTripPerAdmission(t *testing.T) {
+	s := openStore(t, dynamotest.Prefix(t), dynamostore.Options{})
+	ctx := context.Background()
+	now := storetest.T0.Add(5 * time.Second)
+	c := minuteCharge("rt", now, 100, 1)
+	trips := func() int64 { return s.Stats().RoundTrips }
+
+	before := trips()
+	if out, err := s.Charge(ctx, now, []limiter.Charge{c}, nil); err != nil || !out.Admitted {
+		t.Fatal(out, err)
+	}
+	if got := trips() - before; got != 2 {
+		t.Fatalf("first admission of the window: %d round trips, want 2 (read prev, then charge)", got)
+	}
+	for i := range 5 {
+		before = trips()
+		if out, err := s.Charge(ctx, now.Add(time.Duration(i)*time.Second), []limiter.Charge{c}, nil); err != nil || !out.Admitted {
+			t.Fatal(out, err)
+		}
+		if got := trips() - before; got != 1 {
+			t.Fatalf("admission %d: %d round trips, want 1", i+2, got)
+		}
+	}
+	// Three rules are still one round of parallel writes (3 calls in one
+	// round trip of latency).
+	cs := []limiter.Charge{c, minuteCharge("rt-b", now, 100, 1), minuteCharge("rt-c", now, 100, 1)}
+	s.Charge(ctx, now, cs, nil) // warm the prev cache
+	before = trips()
+	if out, err := s.Charge(ctx, now, cs, nil); err != nil || !out.Admitted {
+		t.Fatal(out, err)
+	}
+	if got := trips() - before; got != 3 {
+		t.Fatalf("three rules: %d calls, want 3 in parallel", got)
+	}
+}
+
+// A token window's closed count is re-read after TokenPrevRefresh, since
+// settlements still change it.
+func TestClosedTokenWindowRefreshed(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	s := openStore(t, prefix, dynamostore.Options{TokenPrevRefresh: 10 * time.Second})
+	ctx := context.Background()
+	w0 := storetest.T0.Add(30 * time.Second)
+	tok := limiter.Charge{Counter: limiter.Counter{Rule: "refresh", Kind: limiter.KindTokens, Window: w0.UnixNano() / int64(time.Minute)},
+		Period: time.Minute, Limit: 1000, Amount: 600}
+	l := &limiter.Lease{ID: "refresh-lease", ExpiresAt: w0.Add(time.Hour), Charges: []limiter.Charge{tok}, Reserved: limiter.Usage{OutputTokens: 600}}
+	if out, _ := s.Charge(ctx, w0, []limiter.Charge{tok}, l); !out.Admitted {
+		t.Fatal("first charge refused")
+	}
+	// In the next window prev weighs 600·(1−e/60); at e = 0 a 600 charge
+	// does not fit.
+	w1 := storetest.T0.Add(time.Minute)
+	next := tok
+	next.Counter.Window++
+	if out, _ := s.Charge(ctx, w1, []limiter.Charge{next}, nil); out.Admitted {
+		t.Fatal("600 + 600 admitted against 1000")
+	}
+	// Settled down to 100 actual tokens: once the cached prev is older
+	// than the refresh, the next charge sees it.
+	if err := s.Settle(ctx, []limiter.Settlement{{Lease: l, Used: limiter.Usage{OutputTokens: 100, Exact: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := s.Charge(ctx, w1.Add(5*time.Second), []limiter.Charge{next}, nil); out.Admitted {
+		t.Fatal("the cached prev was re-read before its refresh interval")
+	}
+	if out, _ := s.Charge(ctx, w1.Add(10*time.Second), []limiter.Charge{next}, nil); !out.Admitted {
+		t.Fatalf("after the refresh the settled prev (100) should admit 600: %+v", out)
+	}
+}
+
+// The reject-only cache answers a repeat refusal locally, for at most its
+// TTL, and never admits.
+func TestRejectCache(t *testing.T) {
+	s := openStore(t, dynamotest.Prefix(t), dynamostore.Options{RejectCacheTTL: 500 * time.Millisecond})
+	ctx := context.Background()
+	now := storetest.T0.Add(10 * time.Second)
+	c := minuteCharge("rej", now, 1, 1)
+	if out, _ := s.Charge(ctx, now, []limiter.Charge{c}, nil); !out.Admitted {
+		t.Fatal("first refused")
+	}
+	if out, _ := s.Charge(ctx, now, []limiter.Charge{c}, nil); out.Admitted {
+		t.Fatal("second admitted past 1")
+	}
+	before := s.Stats().RoundTrips
+	out, err := s.Charge(ctx, now.Add(400*time.Millisecond), []limiter.Charge{c}, nil)
+	if err != nil || out.Admitted || !out.States[0].Refused || out.States[0].Cur != 1 {
+		t.Fatalf("cached refusal: %+v %v", out, err)
+	}
+	if s.Stats().RoundTrips != before {
+		t.Fatal("a cached refusal made a round trip")
+	}
+	s.Charge(ctx, now.Add(600*time.Millisecond), []limiter.Charge{c}, nil)
+	if s.Stats().RoundTrips == before {
+		t.Fatal("the cache answered past its TTL")
+	}
+	if _, err := dynamostore.New(dynamostore.Options{API: s2API(t), RejectCacheTTL: 2 * time.Second}); err == nil {
+		t.Fatal("a reject cache over one second was accepted")
+	}
+}
+
+func s2API(t *testing.T) dynamostore.API { return dynamotest.Client(t, dynamostore.ClientOptions{}) }
+
+// Expire finds dead leases through the by_expiry index (not TTL), releases
+// their slots exactly once, and keeps their reservations charged.
+func TestExpireReleasesOrphansOnce(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	s := openStore(t, prefix, dynamostore.Options{})
+	ctx := context.Background()
+	now := storetest.T0
+	g := limiter.Charge{Counter: limiter.Counter{Rule: "orphan-g", Kind: limiter.KindInFlight}, Limit: 10, Amount: 1}
+	tok := limiter.Charge{Counter: limiter.Counter{Rule: "orphan-t", Kind: limiter.KindTokens, Window: now.UnixNano() / int64(time.Minute)},
+		Period: time.Minute, Limit: 10000, Amount: 500}
+	for i := range 3 {
+		l := &limiter.Lease{ID: fmt.Sprintf("orphan-%d", i), ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{g, tok}}
+		if out, err := s.Charge(ctx, now, []limiter.Charge{g, tok}, l); err != nil || !out.Admitted {
+			t.Fatal(out, err)
+		}
+	}
+	if n, err := s.Expire(ctx, now.Add(59*time.Second)); err != nil || n != 0 {
+		t.Fatalf("before expiry Expire released %d (%v)", n, err)
+	}
+	// Several sweepers at once release each lease once.
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		sweeper := openStore(t, prefix, dynamostore.Options{})
+		wg.Go(func() {
+			n, err := sweeper.Expire(ctx, now.Add(time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			total.Add(int64(n))
+		})
+	}
+	wg.Wait()
+	if total.Load() != 3 {
+		t.Fatalf("sweepers released %d leases, want 3", total.Load())
+	}
+	st, err := s.Read(ctx, now.Add(time.Minute), []limiter.Charge{g, tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].Cur != 0 || st[1].Cur != 1500 {
+		t.Fatalf("gauge %d and tokens %d after expiry, want 0 and the 1500 reserved", st[0].Cur, st[1].Cur)
+	}
+	// The lease items say what happened to them.
+	api := dynamotest.Client(t, dynamostore.ClientOptions{})
+	item, err := api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Tables().Leases), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "orphan-0"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := dynamostore.DecodeLease(item.Item)
+	if err != nil || rec.Status != dynamostore.StatusExpired || len(rec.Lease.Charges) != 2 {
+		t.Fatalf("lease after expiry: %+v %v", rec, err)
+	}
+	if _, ok := item.Item["active"]; ok {
+		t.Fatal("an expired lease is still in the by_expiry index")
+	}
+}
+
+// The sharding accuracy bound, on the real engine: a sharded rule never
+// admits more than its limit across concurrent instances.
+func TestShardedRuleAcrossInstances(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	rs, err := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "hot", Period: time.Minute, MaxRequests: 30, Shards: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := storetest.T0.Add(time.Second)
+	var admitted atomic.Int64
+	var seq atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		l, err := limiter.New(limiter.Config{Store: openStore(t, prefix, dynamostore.Options{}), Rules: rs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for range 10 {
+				d, err := l.Admit(context.Background(), now, limiter.Request{
+					ID:      fmt.Sprintf("shard-%d", seq.Add(1)),
+					Subject: limiter.Subject{UserPath: "/", Provider: "hot", Model: "m"},
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Requests are one unit, so refusals come only once every shard is
+	// full: exactly the limit.
+	if admitted.Load() != 30 {
+		t.Fatalf("%d admitted over 4 shards, want exactly 30", admitted.Load())
+	}
+}
