@@ -41,11 +41,13 @@ func settledKey(leaseID string) string { return "settled|" + leaseID }
 func orphanKey(leaseID string) string { return "orphan|" + leaseID }
 
 func sv(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func n(v int64) types.AttributeValue   { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
-func b(v bool) types.AttributeValue    { return &types.AttributeValueMemberBOOL{Value: v} }
-func unixSec(t time.Time) int64        { return t.Unix() }
-func unixMilli(t time.Time) int64      { return t.UnixMilli() }
-func fromMilli(ms int64) time.Time     { return time.UnixMilli(ms).UTC() }
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+func b(v bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: v} }
+func unixSec(t time.Time) int64     { return t.Unix() }
+func unixMilli(t time.Time) int64   { return t.UnixMilli() }
+func fromMilli(ms int64) time.Time  { return time.UnixMilli(ms).UTC() }
 func keyOf(pk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: sv(pk)}
 }

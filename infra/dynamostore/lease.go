@@ -253,7 +253,6 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 	return err
 }
 
-
 func itoa(i int) string { return strconv.Itoa(i) }
 
 // backoff is the wait before retry attempt (1-based): jittered, growing,

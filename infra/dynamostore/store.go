@@ -375,8 +375,8 @@ func (s *Store) activeShard(id string) string {
 func (s *Store) putLease(ctx context.Context, l *limiter.Lease) error {
 	s.roundTrips.Add(1)
 	out, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                &s.tables.Leases,
-		Item:                     leaseItem(l, s.activeShard(l.ID), s.ttlAfter(l.ExpiresAt)),
+		TableName: &s.tables.Leases,
+		Item:      leaseItem(l, s.activeShard(l.ID), s.ttlAfter(l.ExpiresAt)),
 		// A lease refused a moment ago is written again when the charge is
 		// retried after reclaiming expired slots.
 		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #s = :refused"),
