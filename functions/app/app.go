@@ -12,9 +12,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/tollgate/tollgate/functions/config"
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
+	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/memstore"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
@@ -28,6 +32,8 @@ type App struct {
 	Store   limiter.Store
 	Limiter *limiter.Limiter
 	Catalog *providers.Catalog
+	// Dynamo is the DynamoDB client when the store is dynamodb.
+	Dynamo *dynamodb.Client
 	// Gateway is the gateway's handler (nil until BuildGateway).
 	Gateway *proxy.Handler
 
@@ -57,8 +63,10 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 			return nil, errors.New("TOLLGATE_STORE=memory inside Lambda: limits would not hold across instances; use dynamodb")
 		}
 		a.Store = memstore.New()
-	default:
-		return nil, fmt.Errorf("TOLLGATE_STORE=%s is not available in this build", cfg.Settings.Store)
+	case "dynamodb":
+		if err := a.openDynamo(ctx); err != nil {
+			return nil, err
+		}
 	}
 	rules := cfg.Rules
 	if !cfg.RateLimitsEnabled {
@@ -75,6 +83,39 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	}
 	log.Info("configuration loaded", "file", cfg.File, "rules", rs.Len(), "store", cfg.Settings.Store)
 	return a, nil
+}
+
+// openDynamo connects the DynamoDB store, creating missing tables first
+// when asked to (local processes only).
+func (a *App) openDynamo(ctx context.Context) error {
+	s := a.Config.Settings
+	client, err := dynamostore.NewClient(ctx, dynamostore.ClientOptions{})
+	if err != nil {
+		return fmt.Errorf("DynamoDB client: %w", err)
+	}
+	a.Dynamo = client
+	if s.CreateTables {
+		if s.InLambda {
+			a.Log.Warn("TOLLGATE_CREATE_TABLES is ignored inside Lambda: the tables come from template.yaml")
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			if err := dynamostore.CreateTables(cctx, client, s.TablePrefix); err != nil {
+				return fmt.Errorf("TOLLGATE_CREATE_TABLES: %w", err)
+			}
+			a.Log.Info("tables ready", "prefix", s.TablePrefix)
+		}
+	}
+	st := a.Config.Store
+	a.Store, err = dynamostore.New(dynamostore.Options{
+		API:              client,
+		TablePrefix:      s.TablePrefix,
+		RejectCacheTTL:   st.RejectCache,
+		TokenPrevRefresh: st.TokenPrevRefresh,
+		LeaseIndexShards: st.LeaseIndexShards,
+		Logger:           a.Log,
+	})
+	return err
 }
 
 // BuildGateway builds the providers and the gateway handler.

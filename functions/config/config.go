@@ -35,7 +35,21 @@ type Config struct {
 	RateLimitsEnabled bool
 
 	Gateway  Gateway
+	Store    StoreOptions
 	Settings Settings
+}
+
+// StoreOptions tune the DynamoDB store (the file's store section).
+type StoreOptions struct {
+	// RejectCache lets a process refuse a charge on a counter that refused
+	// within this long, without a round trip (0 = off, at most 1s).
+	RejectCache time.Duration
+	// TokenPrevRefresh is how long a closed token window's count is trusted
+	// before it is read again (default 10s).
+	TokenPrevRefresh time.Duration
+	// LeaseIndexShards spreads active leases over this many partitions of
+	// the expiry index (default 4).
+	LeaseIndexShards int
 }
 
 // Gateway holds the gateway options of the file's gateway section.
@@ -110,6 +124,13 @@ func Load(env Env) (*Config, error) {
 type file struct {
 	RateLimits *rateLimits  `yaml:"rate_limits"`
 	Gateway    *gatewaySpec `yaml:"gateway"`
+	Store      *storeSpec   `yaml:"store"`
+}
+
+type storeSpec struct {
+	RejectCache      string `yaml:"reject_cache"`
+	TokenPrevRefresh string `yaml:"token_prev_refresh"`
+	LeaseIndexShards int    `yaml:"lease_index_shards"`
 }
 
 type rateLimits struct {
@@ -245,6 +266,26 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			}
 			cfg.Gateway.LeaseTTL = d
 		}
+	}
+	if st := f.Store; st != nil {
+		if st.RejectCache != "" {
+			d, err := time.ParseDuration(st.RejectCache)
+			if err != nil || d < 0 || d > time.Second {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration between 0s and 1s", at("store", "reject_cache"), st.RejectCache))
+			}
+			cfg.Store.RejectCache = d
+		}
+		if st.TokenPrevRefresh != "" {
+			d, err := time.ParseDuration(st.TokenPrevRefresh)
+			if err != nil || d <= 0 {
+				errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", at("store", "token_prev_refresh"), st.TokenPrevRefresh))
+			}
+			cfg.Store.TokenPrevRefresh = d
+		}
+		if st.LeaseIndexShards < 0 || st.LeaseIndexShards > 64 {
+			errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
+		}
+		cfg.Store.LeaseIndexShards = st.LeaseIndexShards
 	}
 	return errors.Join(errs...)
 }

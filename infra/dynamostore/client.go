@@ -26,6 +26,9 @@ type ClientOptions struct {
 	// MaxBackoff. Zero means 4 attempts and 200 ms.
 	MaxAttempts int
 	MaxBackoff  time.Duration
+	// Endpoint, when set, overrides the endpoint the environment names
+	// (AWS_ENDPOINT_URL_DYNAMODB).
+	Endpoint string
 }
 
 // LoadAWSConfig loads the SDK's configuration from the environment, as the
@@ -81,6 +84,9 @@ func NewClient(ctx context.Context, o ClientOptions) (*dynamodb.Client, error) {
 	return dynamodb.NewFromConfig(cfg, func(do *dynamodb.Options) {
 		if o.HTTPClient != nil {
 			do.HTTPClient = o.HTTPClient
+		}
+		if o.Endpoint != "" {
+			do.BaseEndpoint = aws.String(o.Endpoint)
 		}
 	}), nil
 }

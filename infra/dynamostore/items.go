@@ -102,25 +102,18 @@ const (
 )
 
 // leaseItem encodes an active lease. active names its partition of the
-// by_expiry index.
+// by_expiry index; "" keeps the lease out of the index (a lease that holds
+// no slot has nothing to release if its process dies, and staying out
+// saves the index's write unit). Each charge is one short string, "amount period key",
+// which keeps a lease of several rules under 1 KB: one write unit.
 func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.AttributeValue {
 	charges := make([]types.AttributeValue, len(l.Charges))
 	for i, c := range l.Charges {
-		charges[i] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
-			"r": sv(c.Counter.Rule),
-			"c": sv(c.Counter.Child),
-			"k": n(int64(c.Counter.Kind)),
-			"s": n(int64(c.Counter.Shard)),
-			"w": n(c.Counter.Window),
-			"p": n(int64(c.Period / time.Second)),
-			"l": n(c.Limit),
-			"a": n(c.Amount),
-		}}
+		charges[i] = sv(strconv.FormatInt(c.Amount, 10) + " " + strconv.FormatInt(int64(c.Period/time.Second), 10) + " " + CounterKey(c.Counter))
 	}
 	item := map[string]types.AttributeValue{
 		attrID:          sv(l.ID),
 		attrStatus:      sv(StatusActive),
-		attrActive:      sv(active),
 		attrExpiresAt:   n(unixMilli(l.ExpiresAt)),
 		attrTTL:         n(ttl),
 		attrUserPath:    sv(l.UserPath),
@@ -128,6 +121,9 @@ func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.Attr
 		attrReservedIn:  n(l.Reserved.InputTokens),
 		attrReservedOut: n(l.Reserved.OutputTokens),
 		attrCharges:     &types.AttributeValueMemberL{Value: charges},
+	}
+	if active != "" {
+		item[attrActive] = sv(active)
 	}
 	if l.Provider != "" {
 		item[attrProvider] = sv(l.Provider)
@@ -176,28 +172,12 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 	list, _ := item[attrCharges].(*types.AttributeValueMemberL)
 	if list != nil {
 		for _, v := range list.Value {
-			m, ok := v.(*types.AttributeValueMemberM)
-			if !ok {
-				errs = append(errs, errors.New("charge is not a map"))
+			c, err := decodeCharge(v)
+			if err != nil {
+				errs = append(errs, err)
 				continue
 			}
-			f := func(name string) int64 {
-				x, err := number(m.Value, name)
-				errs = append(errs, err)
-				return x
-			}
-			r.Lease.Charges = append(r.Lease.Charges, limiter.Charge{
-				Counter: limiter.Counter{
-					Rule:   str(m.Value, "r"),
-					Child:  str(m.Value, "c"),
-					Kind:   limiter.Kind(f("k")),
-					Shard:  int(f("s")),
-					Window: f("w"),
-				},
-				Period: time.Duration(f("p")) * time.Second,
-				Limit:  f("l"),
-				Amount: f("a"),
-			})
+			r.Lease.Charges = append(r.Lease.Charges, c)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -205,3 +185,50 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 	}
 	return r, nil
 }
+
+func decodeCharge(v types.AttributeValue) (limiter.Charge, error) {
+	sv, ok := v.(*types.AttributeValueMemberS)
+	if !ok {
+		return limiter.Charge{}, errors.New("charge is not a string")
+	}
+	amount, rest, ok1 := strings.Cut(sv.Value, " ")
+	period, key, ok2 := strings.Cut(rest, " ")
+	a, err1 := strconv.ParseInt(amount, 10, 64)
+	p, err2 := strconv.ParseInt(period, 10, 64)
+	c, err3 := ParseCounterKey(key)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil {
+		return limiter.Charge{}, fmt.Errorf("bad charge %q", sv.Value)
+	}
+	return limiter.Charge{Counter: c, Period: time.Duration(p) * time.Second, Amount: a}, nil
+}
+
+// ParseCounterKey is the inverse of CounterKey.
+func ParseCounterKey(key string) (limiter.Counter, error) {
+	bad := fmt.Errorf("bad counter key %q", key)
+	lenStr, rest, ok := strings.Cut(key, ":")
+	size, err := strconv.Atoi(lenStr)
+	if !ok || err != nil || size < 0 || size > len(rest) {
+		return limiter.Counter{}, bad
+	}
+	c := limiter.Counter{Rule: rest[:size]}
+	parts := strings.SplitN(rest[size:], "|", 5)
+	if len(parts) != 5 || parts[0] != "" {
+		return limiter.Counter{}, bad
+	}
+	c.Kind = kindByName[parts[1]]
+	w, err1 := strconv.ParseInt(parts[2], 10, 64)
+	sh, err2 := strconv.Atoi(parts[3])
+	if c.Kind == 0 || err1 != nil || err2 != nil {
+		return limiter.Counter{}, bad
+	}
+	c.Window, c.Shard, c.Child = w, sh, parts[4]
+	return c, nil
+}
+
+var kindByName = func() map[string]limiter.Kind {
+	m := map[string]limiter.Kind{}
+	for k := limiter.KindRequests; k <= limiter.KindInFlight; k++ {
+		m[k.String()] = k
+	}
+	return m
+}()

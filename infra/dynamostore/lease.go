@@ -65,7 +65,7 @@ func (s *Store) finishLease(ctx context.Context, now time.Time, id, status strin
 		ConditionExpression:       aws.String("#s = :active"),
 		ExpressionAttributeNames:  map[string]string{"#s": attrStatus, "#a": attrActive},
 		ExpressionAttributeValues: values,
-		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
 	}
 	if len(into) > 0 {
 		in.ReturnValues = types.ReturnValueAllNew
@@ -79,7 +79,7 @@ func (s *Store) finishLease(ctx context.Context, now time.Time, id, status strin
 		return awserr.Classify("finish lease", err)
 	}
 	if out.ConsumedCapacity != nil {
-		s.account(*out.ConsumedCapacity)
+		s.account(false, *out.ConsumedCapacity)
 	}
 	if len(into) > 0 {
 		rec, err := DecodeLease(out.Attributes)
@@ -160,13 +160,13 @@ func (s *Store) expiredLeases(ctx context.Context, now time.Time, shard string, 
 			ExpressionAttributeValues: map[string]types.AttributeValue{":a": sv(shard), ":now": n(unixMilli(now))},
 			Limit:                     aws.Int32(int32(min(limit-len(out), 100))),
 			ExclusiveStartKey:         start,
-			ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
+			ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
 		})
 		if err != nil {
 			return out, awserr.Classify("query expired leases", err)
 		}
 		if page.ConsumedCapacity != nil {
-			s.account(*page.ConsumedCapacity)
+			s.account(true, *page.ConsumedCapacity)
 		}
 		for _, item := range page.Items {
 			rec, err := DecodeLease(item)
@@ -240,10 +240,10 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 		var out *dynamodb.TransactWriteItemsOutput
 		out, err = s.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems:          items,
-			ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+			ReturnConsumedCapacity: types.ReturnConsumedCapacityIndexes,
 		})
 		if err == nil {
-			s.account(out.ConsumedCapacity...)
+			s.account(false, out.ConsumedCapacity...)
 			return nil
 		}
 		if !awserr.IsConflict(err) {

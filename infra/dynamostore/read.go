@@ -98,12 +98,12 @@ func (s *Store) getItems(ctx context.Context, table string, keys []string, keyAt
 				ProjectionExpression:     aws.String(proj),
 				ExpressionAttributeNames: names,
 			}},
-			ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+			ReturnConsumedCapacity: types.ReturnConsumedCapacityIndexes,
 		})
 		if err != nil {
 			return nil, awserr.Classify("batch get", err)
 		}
-		s.account(res.ConsumedCapacity...)
+		s.account(true, res.ConsumedCapacity...)
 		for _, item := range res.Responses[table] {
 			out[str(item, keyAttr)] = item
 		}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,8 +84,9 @@ type Store struct {
 	wall func() time.Time // for TTLs only, never for decisions
 
 	roundTrips atomic.Int64
-	wcuMilli   atomic.Int64 // consumed write capacity × 1000
-	rcuMilli   atomic.Int64
+	wcuMilli      atomic.Int64 // consumed capacity × 1000
+	indexWCUMilli atomic.Int64
+	rcuMilli      atomic.Int64
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -128,8 +130,10 @@ func (s *Store) Tables() TableNames { return s.tables }
 
 // Stats are the store's counts since it was created.
 type Stats struct {
-	RoundTrips int64   // API calls
-	WCU, RCU   float64 // capacity the successful calls consumed
+	RoundTrips int64 // API calls
+	// Capacity the successful calls consumed: writes and reads on the
+	// tables, and writes on their indexes.
+	WCU, IndexWCU, RCU float64
 }
 
 // Stats returns the store's counts.
@@ -137,22 +141,39 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		RoundTrips: s.roundTrips.Load(),
 		WCU:        float64(s.wcuMilli.Load()) / 1000,
+		IndexWCU:   float64(s.indexWCUMilli.Load()) / 1000,
 		RCU:        float64(s.rcuMilli.Load()) / 1000,
 	}
 }
 
-func (s *Store) account(cc ...types.ConsumedCapacity) {
+func milli(v *float64) int64 {
+	if v == nil {
+		return 0
+	}
+	return int64(math.Round(*v * 1000))
+}
+
+// account adds what a call consumed. Reads and writes are told apart by
+// the call: isRead for BatchGetItem and Query.
+func (s *Store) account(isRead bool, cc ...types.ConsumedCapacity) {
 	for _, c := range cc {
-		if c.WriteCapacityUnits != nil {
-			s.wcuMilli.Add(int64(math.Round(*c.WriteCapacityUnits * 1000)))
+		table := milli(c.CapacityUnits)
+		var index int64
+		if c.Table != nil {
+			table = milli(c.Table.CapacityUnits)
 		}
-		if c.ReadCapacityUnits != nil {
-			s.rcuMilli.Add(int64(math.Round(*c.ReadCapacityUnits * 1000)))
+		for _, ix := range c.GlobalSecondaryIndexes {
+			index += milli(ix.CapacityUnits)
 		}
-		if c.WriteCapacityUnits == nil && c.ReadCapacityUnits == nil && c.CapacityUnits != nil {
-			// Some engines report only the total.
-			s.wcuMilli.Add(int64(math.Round(*c.CapacityUnits * 1000)))
+		if c.Table == nil && index > 0 {
+			table -= index // only the total was given
 		}
+		if isRead {
+			s.rcuMilli.Add(table + index)
+			continue
+		}
+		s.wcuMilli.Add(table)
+		s.indexWCUMilli.Add(index)
 	}
 }
 
@@ -294,7 +315,7 @@ func (s *Store) add(ctx context.Context, key string, c *limiter.Charge, ceiling 
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": n(c.Amount), ":m": n(ceiling), ":t": n(s.counterTTL(c, now))},
 		ReturnValues:                        types.ReturnValueUpdatedNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		ReturnConsumedCapacity:              types.ReturnConsumedCapacityTotal,
+		ReturnConsumedCapacity:              types.ReturnConsumedCapacityIndexes,
 	})
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
@@ -305,7 +326,7 @@ func (s *Store) add(ctx context.Context, key string, c *limiter.Charge, ceiling 
 		return addResult{err: awserr.Classify("charge "+key, err)}
 	}
 	if out.ConsumedCapacity != nil {
-		s.account(*out.ConsumedCapacity)
+		s.account(false, *out.ConsumedCapacity)
 	}
 	cur, err := number(out.Attributes, attrN)
 	return addResult{cur: cur, err: err}
@@ -342,7 +363,7 @@ func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) e
 		UpdateExpression:          aws.String("ADD #n :a"),
 		ExpressionAttributeNames:  map[string]string{"#n": attrN},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(-c.Amount)},
-		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
 	}
 	if c.Period == limiter.Concurrent {
 		in.ConditionExpression = aws.String("#n >= :min")
@@ -358,13 +379,19 @@ func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) e
 		return awserr.Classify("compensate "+key, err)
 	}
 	if out.ConsumedCapacity != nil {
-		s.account(*out.ConsumedCapacity)
+		s.account(false, *out.ConsumedCapacity)
 	}
 	return nil
 }
 
-// activeShard names the by_expiry partition of a lease.
-func (s *Store) activeShard(id string) string {
+// indexShard names the by_expiry partition of a lease that holds a slot,
+// and is "" for one that holds none: only slots need releasing when a
+// process dies; a reservation stays charged anyway.
+func (s *Store) indexShard(l *limiter.Lease) string {
+	if !slices.ContainsFunc(l.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight }) {
+		return ""
+	}
+	id := l.ID
 	h := uint32(2166136261)
 	for i := 0; i < len(id); i++ {
 		h = (h ^ uint32(id[i])) * 16777619
@@ -376,13 +403,13 @@ func (s *Store) putLease(ctx context.Context, l *limiter.Lease) error {
 	s.roundTrips.Add(1)
 	out, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.tables.Leases,
-		Item:      leaseItem(l, s.activeShard(l.ID), s.ttlAfter(l.ExpiresAt)),
+		Item:      leaseItem(l, s.indexShard(l), s.ttlAfter(l.ExpiresAt)),
 		// A lease refused a moment ago is written again when the charge is
 		// retried after reclaiming expired slots.
 		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #s = :refused"),
 		ExpressionAttributeNames:  map[string]string{"#id": attrID, "#s": attrStatus},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":refused": sv(StatusRefused)},
-		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
 	})
 	if awserr.IsConditionFailed(err) {
 		return fmt.Errorf("lease %q already exists", l.ID)
@@ -391,7 +418,7 @@ func (s *Store) putLease(ctx context.Context, l *limiter.Lease) error {
 		return awserr.Classify("put lease", err)
 	}
 	if out.ConsumedCapacity != nil {
-		s.account(*out.ConsumedCapacity)
+		s.account(false, *out.ConsumedCapacity)
 	}
 	return nil
 }

@@ -1,0 +1,107 @@
+package dynamostore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func TestCounterKeyRoundTrip(t *testing.T) {
+	for _, c := range []limiter.Counter{
+		{Rule: "user_path:/team/alpha:60", Kind: limiter.KindRequests, Window: 29523456},
+		{Rule: "user_path:/c:60@g7", Child: "alice|bob", Kind: limiter.KindTokens, Window: -3, Shard: 2},
+		{Rule: "a|b:1", Child: "", Kind: limiter.KindInFlight},
+		{Rule: "", Child: "x", Kind: limiter.KindOutputTokens, Window: 1},
+		{Rule: "model:openai/gpt-4o:3600", Kind: limiter.KindInputTokens, Window: 493000, Shard: 63},
+	} {
+		key := CounterKey(c)
+		got, err := ParseCounterKey(key)
+		if err != nil || got != c {
+			t.Errorf("ParseCounterKey(%q) = %+v, %v; want %+v", key, got, err, c)
+		}
+	}
+	// Distinct counters never share a key, however their strings are made.
+	a := CounterKey(limiter.Counter{Rule: "x|req|1|0|", Kind: limiter.KindRequests})
+	b := CounterKey(limiter.Counter{Rule: "x", Kind: limiter.KindRequests, Window: 1, Child: "req|1|0|"})
+	if a == b {
+		t.Fatalf("two counters share the key %q", a)
+	}
+	for _, bad := range []string{"", "x", "3:ab", "1:a|req|1|0", "1:a|nope|1|0|", "1:a|req|x|0|", "-1:|req|1|0|"} {
+		if _, err := ParseCounterKey(bad); err == nil {
+			t.Errorf("ParseCounterKey(%q) accepted", bad)
+		}
+	}
+}
+
+func TestLeaseItemRoundTripAndSize(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	w := now.UnixNano() / int64(time.Minute)
+	l := &limiter.Lease{
+		ID: "0123456789abcdef0123456789abcdef.0", ExpiresAt: now.Add(15 * time.Minute),
+		UserPath: "/customers/acme-corporation/production/app", Provider: "openai-eu", Model: "gpt-4o-2024-08-06", Route: "chat",
+		Reserved: limiter.Usage{InputTokens: 1200, OutputTokens: 4096},
+		Charges: []limiter.Charge{
+			{Counter: limiter.Counter{Rule: "user_path:/customers:60@g1", Child: "acme-corporation", Kind: limiter.KindRequests, Window: w}, Period: time.Minute, Amount: 1},
+			{Counter: limiter.Counter{Rule: "user_path:/customers:60@g1", Child: "acme-corporation", Kind: limiter.KindTokens, Window: w}, Period: time.Minute, Amount: 5296},
+			{Counter: limiter.Counter{Rule: "user_path:/customers/acme-corporation:c", Kind: limiter.KindInFlight}, Amount: 1},
+			{Counter: limiter.Counter{Rule: "provider:openai-eu:60", Kind: limiter.KindRequests, Window: w, Shard: 3}, Period: time.Minute, Amount: 1},
+			{Counter: limiter.Counter{Rule: "model:openai-eu/gpt-4o-2024-08-06:60", Kind: limiter.KindInputTokens, Window: w}, Period: time.Minute, Amount: 1200},
+			{Counter: limiter.Counter{Rule: "model:openai-eu/gpt-4o-2024-08-06:60", Kind: limiter.KindOutputTokens, Window: w}, Period: time.Minute, Amount: 4096},
+		},
+	}
+	item := leaseItem(l, "a3", now.Unix())
+	rec, err := DecodeLease(item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != StatusActive || rec.Lease.ID != l.ID || !rec.Lease.ExpiresAt.Equal(l.ExpiresAt) ||
+		rec.Lease.UserPath != l.UserPath || rec.Lease.Reserved != l.Reserved || len(rec.Lease.Charges) != len(l.Charges) {
+		t.Fatalf("decoded %+v", rec)
+	}
+	for i, c := range rec.Lease.Charges {
+		w := l.Charges[i]
+		if c.Counter != w.Counter || c.Period != w.Period || c.Amount != w.Amount {
+			t.Errorf("charge %d decoded %+v, want %+v", i, c, w)
+		}
+	}
+	// One write unit: a lease of six counters stays under 1 KB.
+	if size := itemSize(item); size > 1024 {
+		t.Fatalf("lease item is %d bytes, over one write unit", size)
+	}
+}
+
+// itemSize approximates DynamoDB's item size: names plus values.
+func itemSize(item map[string]types.AttributeValue) int {
+	n := 0
+	for k, v := range item {
+		n += len(k) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberN:
+		return len(v.Value)/2 + 1
+	case *types.AttributeValueMemberBOOL:
+		return 1
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range v.Value {
+			n += 1 + valueSize(e)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range v.Value {
+			n += 1 + len(k) + valueSize(e)
+		}
+		return n
+	}
+	return 0
+}
