@@ -83,7 +83,7 @@ type Store struct {
 
 	wall func() time.Time // for TTLs only, never for decisions
 
-	roundTrips atomic.Int64
+	roundTrips    atomic.Int64
 	wcuMilli      atomic.Int64 // consumed capacity × 1000
 	indexWCUMilli atomic.Int64
 	rcuMilli      atomic.Int64
