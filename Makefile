@@ -20,8 +20,9 @@ run: ## the whole stack in one local process on 127.0.0.1:$PORT (default 8080), 
 	TOLLGATE_CONFIG=$${TOLLGATE_CONFIG:-$(RUN_CONFIG)} $(GO) run ./functions/gateway
 
 run-dynamodb: $(NPM_STAMP) ## the same process against DynamoDB Local (started and stopped with it)
+	$(GO) build -o $(BIN)/local/gateway ./functions/gateway
 	$(WITH_DDB) env TOLLGATE_STORE=dynamodb TOLLGATE_CREATE_TABLES=true \
-		TOLLGATE_CONFIG=$${TOLLGATE_CONFIG:-$(RUN_CONFIG)} $(GO) run ./functions/gateway
+		TOLLGATE_CONFIG=$${TOLLGATE_CONFIG:-$(RUN_CONFIG)} $(BIN)/local/gateway
 
 test: $(NPM_STAMP) ## everything: vet, then every test with the race detector, DynamoDB suites on DynamoDB Local
 	$(GO) vet ./...
