@@ -172,8 +172,10 @@ type Store interface {
 	// Settle corrects the token counters each settlement's lease charged by
 	// used − reserved, exactly once per lease however often it is called
 	// with it. Refunds are skipped when the usage is not exact; overshoots
-	// are always charged, even past the limit.
-	Settle(ctx context.Context, settlements []Settlement) error
+	// are always charged, even past the limit. It returns how many
+	// settlements it applied now: not those applied before, nor those with
+	// nothing to correct.
+	Settle(ctx context.Context, settlements []Settlement) (int, error)
 
 	// Read returns the states of counters without changing them.
 	Read(ctx context.Context, now time.Time, charges []Charge) ([]State, error)

@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/tollgate/tollgate/functions/config"
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/memstore"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/reconcile"
 	"github.com/tollgate/tollgate/providers"
 	"github.com/tollgate/tollgate/providers/mock"
 )
@@ -34,6 +36,9 @@ type App struct {
 	Catalog *providers.Catalog
 	// Dynamo is the DynamoDB client when the store is dynamodb.
 	Dynamo *dynamodb.Client
+
+	streams *dynamodbstreams.Client
+	feed    reconcile.Source
 	// Gateway is the gateway's handler (nil until BuildGateway).
 	Gateway *proxy.Handler
 

@@ -33,6 +33,9 @@ func main() {
 		app.Exit(log, err)
 	}
 
+	// A local process is the whole stack: the reconciler runs in it too.
+	go a.RunReconcilerLoop(ctx)
+
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Config.Settings.Port))
 	srv := &http.Server{Addr: addr, Handler: a.Gateway, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)

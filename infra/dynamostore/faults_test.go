@@ -181,11 +181,11 @@ func TestInjectedTransactionConflict(t *testing.T) {
 		Reserved: limiter.Usage{InputTokens: 100}}
 	f.inject("TransactWriteItems", 2, txConflict, "")
 	settle := []limiter.Settlement{{Lease: l, Used: limiter.Usage{InputTokens: 40, Exact: true}}}
-	if err := s.Settle(ctx, settle); err != nil {
-		t.Fatalf("settle under transient conflicts: %v", err)
+	if n, err := s.Settle(ctx, settle); err != nil || n != 1 {
+		t.Fatalf("settle under transient conflicts: applied %d, %v", n, err)
 	}
-	if err := s.Settle(ctx, settle); err != nil {
-		t.Fatal(err)
+	if n, err := s.Settle(ctx, settle); err != nil || n != 0 {
+		t.Fatalf("settled twice: applied %d, %v", n, err)
 	}
 	st, err := s.Read(ctx, now, []limiter.Charge{hot})
 	if err != nil {
@@ -201,7 +201,7 @@ func TestInjectedTransactionConflict(t *testing.T) {
 	l2 := &limiter.Lease{ID: "never-settles", ExpiresAt: now.Add(time.Hour), Charges: []limiter.Charge{hot},
 		Reserved: limiter.Usage{InputTokens: 100}}
 	f.inject("TransactWriteItems", 20, txConflict, "")
-	err = s.Settle(ctx, []limiter.Settlement{{Lease: l2, Used: limiter.Usage{InputTokens: 10, Exact: true}}})
+	_, err = s.Settle(ctx, []limiter.Settlement{{Lease: l2, Used: limiter.Usage{InputTokens: 10, Exact: true}}})
 	if !errors.Is(err, limiter.ErrContention) {
 		t.Fatalf("persistent transaction conflict: %v, want ErrContention", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/infra/awserr"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/reconcile"
 )
 
 // Complete implements limiter.Store: one conditional write moves the lease
@@ -271,4 +272,83 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// ReleaseRemoved implements reconcile.Store: the slots of leases that were
+// deleted while still active (TTL collected a lease no sweep expired) are
+// released exactly once each, guarded by an orphan marker written in the
+// same transaction.
+func (s *Store) ReleaseRemoved(ctx context.Context, leases []limiter.Lease) (int, error) {
+	released := 0
+	var errs []error
+	for _, l := range leases {
+		items := []types.TransactWriteItem{{Put: &types.Put{
+			TableName: &s.tables.Counters,
+			Item: map[string]types.AttributeValue{
+				attrPK:  sv(orphanKey(l.ID)),
+				attrTTL: n(s.ttlAfter(l.ExpiresAt)),
+			},
+			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+			ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+		}}}
+		for _, c := range l.Charges {
+			if c.Counter.Kind == limiter.KindInFlight {
+				items = append(items, types.TransactWriteItem{Update: &types.Update{
+					TableName:                 &s.tables.Counters,
+					Key:                       keyOf(CounterKey(c.Counter)),
+					UpdateExpression:          aws.String("ADD #n :a"),
+					ExpressionAttributeNames:  map[string]string{"#n": attrN},
+					ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(-c.Amount)},
+				}})
+			}
+		}
+		if len(items) == 1 {
+			continue
+		}
+		err := s.transact(ctx, items)
+		switch {
+		case err == nil:
+			released++
+			s.log.Info("released the slots of a lease deleted while active", "lease", l.ID, "user_path", l.UserPath)
+		case markerRace(err):
+			// Released before.
+		default:
+			errs = append(errs, awserr.Classify("release removed lease", err))
+		}
+	}
+	return released, errors.Join(errs...)
+}
+
+// ChangeOf classifies one stream record of the lease table from its old
+// and new images (either may be nil).
+func ChangeOf(old, new map[string]types.AttributeValue) (reconcile.Change, error) {
+	switch {
+	case len(new) == 0 && len(old) > 0:
+		// A deletion. TTL deletions are the only ones tollgate makes; on
+		// DynamoDB Local they come with an event name of their own and no
+		// user identity, so the images alone decide.
+		rec, err := DecodeLease(old)
+		if err != nil || rec.Status != StatusActive {
+			return reconcile.Change{Kind: reconcile.Other}, err
+		}
+		return reconcile.Change{Kind: reconcile.Removed, Lease: rec.Lease}, nil
+	case len(new) == 0:
+		return reconcile.Change{Kind: reconcile.Other}, nil
+	}
+	rec, err := DecodeLease(new)
+	if err != nil {
+		return reconcile.Change{Kind: reconcile.Other}, err
+	}
+	prev := ""
+	if len(old) > 0 {
+		prev = str(old, attrStatus)
+	}
+	kind := reconcile.Other
+	switch {
+	case prev == StatusActive && rec.Status == StatusCompleted:
+		kind = reconcile.Completed
+	case prev == StatusActive && rec.Status == StatusExpired:
+		kind = reconcile.Expired
+	}
+	return reconcile.Change{Kind: kind, Lease: rec.Lease, Used: rec.Used}, nil
 }

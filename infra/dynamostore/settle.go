@@ -22,7 +22,7 @@ const maxTransactItems = 100
 // dies mid-way leaves either all of it or none. Deltas of one batch are
 // summed per counter, so a hot window takes one write per batch rather
 // than one per request.
-func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) error {
+func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (int, error) {
 	todo := make([]settlement, 0, len(settlements))
 	seen := map[string]bool{}
 	for _, st := range settlements {
@@ -38,16 +38,18 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) er
 		todo = append(todo, settlement{st: st, corrections: corr})
 	}
 	var errs []error
+	applied := 0
 	for attempt := 0; len(todo) > 0 && attempt < 3; attempt++ {
 		var err error
 		if todo, err = s.unsettled(ctx, todo); err != nil {
-			return err
+			return applied, err
 		}
 		var retry []settlement
 		for _, chunk := range chunkSettlements(todo) {
 			err := s.transact(ctx, s.settleItems(chunk))
 			switch {
 			case err == nil:
+				applied += len(chunk)
 			case markerRace(err):
 				// Another reconciler settled some of these meanwhile: look
 				// again at which are left.
@@ -61,7 +63,7 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) er
 	if len(todo) > 0 {
 		errs = append(errs, fmt.Errorf("settle: %d settlements still racing after retries: %w", len(todo), limiter.ErrContention))
 	}
-	return errors.Join(errs...)
+	return applied, errors.Join(errs...)
 }
 
 type settlement struct {

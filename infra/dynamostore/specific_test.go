@@ -87,7 +87,7 @@ func TestClosedTokenWindowRefreshed(t *testing.T) {
 	}
 	// Settled down to 100 actual tokens: once the cached prev is older
 	// than the refresh, the next charge sees it.
-	if err := s.Settle(ctx, []limiter.Settlement{{Lease: l, Used: limiter.Usage{OutputTokens: 100, Exact: true}}}); err != nil {
+	if _, err := s.Settle(ctx, []limiter.Settlement{{Lease: l, Used: limiter.Usage{OutputTokens: 100, Exact: true}}}); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := s.Charge(ctx, w1.Add(5*time.Second), []limiter.Charge{next}, nil); out.Admitted {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/tollgate/tollgate/infra/awserr"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/reconcile"
 )
 
 // API is the part of the DynamoDB client the store calls.
@@ -89,7 +90,10 @@ type Store struct {
 	rcuMilli      atomic.Int64
 }
 
-var _ limiter.Store = (*Store)(nil)
+var (
+	_ limiter.Store   = (*Store)(nil)
+	_ reconcile.Store = (*Store)(nil)
+)
 
 // New returns a Store.
 func New(o Options) (*Store, error) {

@@ -11,10 +11,12 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/reconcile"
 )
 
 // keep is how long a window's counter is kept after the window closes: one
@@ -108,27 +110,33 @@ func (s *Store) Complete(_ context.Context, now time.Time, leaseID string, used 
 	if !ok {
 		return nil // completed before, or expired and released
 	}
-	s.finish(ls, StatusCompleted, used)
+	s.finish(ls, StatusCompleted, used, now)
 	return nil
 }
 
 // Settle implements limiter.Store.
-func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) error {
+func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	applied := 0
 	for _, st := range settlements {
 		id := st.Lease.ID
 		if _, done := s.settled[id]; done {
 			continue
 		}
+		changed := false
 		for i, d := range limiter.Corrections(st) {
 			if d != 0 {
 				s.add(&st.Lease.Charges[i], d)
+				changed = true
 			}
 		}
-		s.settled[id] = st.Lease.ExpiresAt
+		if changed {
+			s.settled[id] = st.Lease.ExpiresAt
+			applied++
+		}
 	}
-	return nil
+	return applied, nil
 }
 
 // Read implements limiter.Store.
@@ -172,7 +180,7 @@ func (s *Store) add(c *limiter.Charge, d int64) {
 
 // finish ends an active lease: releases its in-flight charges, records the
 // event for the reconciler.
-func (s *Store) finish(ls *lease, status Status, used limiter.Usage) {
+func (s *Store) finish(ls *lease, status Status, used limiter.Usage, now time.Time) {
 	for i := range ls.Charges {
 		if c := &ls.Charges[i]; c.Counter.Kind == limiter.KindInFlight {
 			s.add(c, -c.Amount)
@@ -187,6 +195,7 @@ func (s *Store) finish(ls *lease, status Status, used limiter.Usage) {
 		Lease:  ls.Lease,
 		Status: status,
 		Used:   used,
+		At:     now,
 	})
 }
 
@@ -194,7 +203,7 @@ func (s *Store) finish(ls *lease, status Status, used limiter.Usage) {
 func (s *Store) reclaim(now time.Time) int {
 	n := 0
 	for len(s.expiry) > 0 && !s.expiry[0].ExpiresAt.After(now) {
-		s.finish(s.expiry[0], StatusExpired, limiter.Usage{})
+		s.finish(s.expiry[0], StatusExpired, limiter.Usage{}, now)
 		n++
 	}
 	return n
@@ -234,6 +243,7 @@ type Event struct {
 	Lease  *limiter.Lease
 	Status Status
 	Used   limiter.Usage
+	At     time.Time
 }
 
 // Events returns up to max events with sequence numbers ≥ from, and the
@@ -263,6 +273,41 @@ func (s *Store) Trim(seq uint64) {
 	n := min(int(seq-s.first), len(s.events))
 	s.events = append(s.events[:0:0], s.events[n:]...)
 	s.first += uint64(n)
+}
+
+// ReleaseRemoved implements reconcile.Store. The embedded store never
+// deletes an active lease, so there is nothing to release.
+func (s *Store) ReleaseRemoved(context.Context, []limiter.Lease) (int, error) { return 0, nil }
+
+var _ reconcile.Store = (*Store)(nil)
+
+// Feed returns the store's change feed as a reconcile.Source, from the
+// oldest event kept. Committing a batch forgets its events.
+func (s *Store) Feed() reconcile.Source { return &feed{s: s} }
+
+type feed struct {
+	s    *Store
+	next uint64
+}
+
+func (f *feed) Next(_ context.Context, max int) (*reconcile.Batch, error) {
+	evs, next := f.s.Events(f.next, max)
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	changes := make([]reconcile.Change, len(evs))
+	for i, e := range evs {
+		kind := reconcile.Completed
+		if e.Status == StatusExpired {
+			kind = reconcile.Expired
+		}
+		changes[i] = reconcile.Change{ID: strconv.FormatUint(e.Seq, 10), Kind: kind, Lease: *e.Lease, Used: e.Used, At: e.At}
+	}
+	return &reconcile.Batch{Changes: changes, Commit: func(context.Context) error {
+		f.next = next
+		f.s.Trim(next)
+		return nil
+	}}, nil
 }
 
 // leaseHeap orders active leases by expiry.

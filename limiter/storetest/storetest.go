@@ -282,8 +282,12 @@ func testSettleExactlyOnce(t *testing.T, open Opener) {
 	}
 	st := limiter.Settlement{Lease: l, Used: limiter.Usage{InputTokens: 70, OutputTokens: 20, Exact: true}}
 	for pass := range 3 {
-		if err := s.Settle(ctx, []limiter.Settlement{st}); err != nil {
+		applied, err := s.Settle(ctx, []limiter.Settlement{st})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 1, false: 0}[pass == 0]; applied != want {
+			t.Fatalf("pass %d: Settle applied %d, want %d", pass, applied, want)
 		}
 		got := read(t, s, now, tok, in, out, req)
 		want := []int64{90, 70, 20, 1}
@@ -307,7 +311,7 @@ func testSettleNeverRefundsInexact(t *testing.T, open Opener) {
 	// The stream broke: output is short (no refund), input overshot (charged
 	// even past the limit).
 	used := limiter.Usage{InputTokens: 130, OutputTokens: 10, Exact: false}
-	if err := s.Settle(ctx, []limiter.Settlement{{Lease: l, Used: used}}); err != nil {
+	if _, err := s.Settle(ctx, []limiter.Settlement{{Lease: l, Used: used}}); err != nil {
 		t.Fatal(err)
 	}
 	got := read(t, s, now, in, out)

@@ -69,3 +69,14 @@ func Prefix(t testing.TB) string {
 	})
 	return prefix
 }
+
+// StreamsConfig returns the AWS configuration of the engine, for clients of
+// other services on it (DynamoDB Streams).
+func StreamsConfig(t testing.TB) dynamostore.ClientOptions {
+	t.Helper()
+	Endpoint(t)
+	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS") == "" {
+		t.Fatal("AWS_ENDPOINT_URL_DYNAMODB_STREAMS is not set")
+	}
+	return dynamostore.ClientOptions{}
+}

@@ -1,0 +1,69 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/infra/dynamostore"
+	"github.com/tollgate/tollgate/infra/dynamostream"
+	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/limiter/reconcile"
+)
+
+// NewReconciler returns a reconciler with a fresh source: the lease
+// table's stream on DynamoDB, the embedded store's change feed in memory.
+// Each scheduled run takes a new one; it reads from the stored checkpoint.
+func (a *App) NewReconciler(ctx context.Context) (*reconcile.Reconciler, error) {
+	cfg := reconcile.Config{Logger: a.Log}
+	switch st := a.Store.(type) {
+	case *memstore.Store:
+		if a.feed == nil {
+			a.feed = st.Feed()
+		}
+		cfg.Source, cfg.Store = a.feed, st
+	case *dynamostore.Store:
+		if a.streams == nil {
+			c, err := dynamostream.NewStreamsClient(ctx, dynamostore.ClientOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("DynamoDB Streams client: %w", err)
+			}
+			a.streams = c
+		}
+		rd, err := dynamostream.NewReader(dynamostream.Options{
+			Streams: a.streams, Table: a.Dynamo, TablePrefix: a.Config.Settings.TablePrefix, Logger: a.Log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Source, cfg.Store = rd, st
+	default:
+		return nil, fmt.Errorf("no reconciler for store %T", a.Store)
+	}
+	return reconcile.New(cfg)
+}
+
+// RunReconcilerLoop runs the reconciler every TOLLGATE_RECONCILE_INTERVAL
+// until ctx is done: the in-process reconciler of a local process. Each
+// run may take at most one interval.
+func (a *App) RunReconcilerLoop(ctx context.Context) {
+	every := a.Config.Settings.ReconcileInterval
+	a.Log.Info("reconciler running in process", "interval", every.String())
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rc, err := a.NewReconciler(ctx)
+		if err != nil {
+			a.Log.Error("reconciler", "err", err)
+			continue
+		}
+		run, cancel := context.WithTimeout(ctx, every)
+		_, _ = rc.Run(run) // it logs what it did
+		cancel()
+	}
+}
