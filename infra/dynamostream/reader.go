@@ -347,8 +347,8 @@ func (rd *Reader) loadCheckpoint(ctx context.Context, shardID string) (seq strin
 // trimmed).
 func (rd *Reader) saveCheckpoint(ctx context.Context, shardID, seq string, done, reset bool) error {
 	in := &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(rd.tables.Counters),
-		Key:                       rd.checkpointKey(shardID),
+		TableName:                aws.String(rd.tables.Counters),
+		Key:                      rd.checkpointKey(shardID),
 		UpdateExpression:         aws.String("SET #s = :s, #o = :o, #d = :d, #t = :t"),
 		ExpressionAttributeNames: map[string]string{"#s": "seq", "#o": "ord", "#d": "done", "#t": "ttl"},
 		ExpressionAttributeValues: map[string]dbtypes.AttributeValue{
