@@ -161,3 +161,10 @@ var ErrUnsupported = errors.New("not supported by this provider")
 type ModelLister interface {
 	Models() []string
 }
+
+// Supporter is implemented by providers that can say up front which
+// operations they serve, so the gateway can pick one for operations that
+// name no model (batch submissions).
+type Supporter interface {
+	Supports(Op) bool
+}

@@ -21,10 +21,11 @@ import (
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/infra/secrets"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/reconcile"
 	"github.com/tollgate/tollgate/providers"
-	"github.com/tollgate/tollgate/providers/mock"
+	"github.com/tollgate/tollgate/providers/tokens"
 )
 
 // App is everything built from the configuration.
@@ -37,8 +38,9 @@ type App struct {
 	// Dynamo is the DynamoDB client when the store is dynamodb.
 	Dynamo *dynamodb.Client
 
-	streams *dynamodbstreams.Client
-	feed    reconcile.Source
+	streams       *dynamodbstreams.Client
+	feed          reconcile.Source
+	secretOptions secrets.Options
 	// Gateway is the gateway's handler (nil until BuildGateway).
 	Gateway *proxy.Handler
 
@@ -133,21 +135,21 @@ func (a *App) BuildGateway() error {
 		a.Log.Warn("dev mode: TOLLGATE_MASTER_KEY is not set, so any API key is accepted and " +
 			"X-Tollgate-User-Path (default /) chooses the user path; set a master key before exposing this port")
 	}
-	var ps []providers.Provider
-	ps = append(ps, mock.New("mock", s.MockLatency))
-	catalog, err := providers.NewCatalog(ps, nil, nil)
+	catalog, err := a.buildCatalog(context.Background())
 	if err != nil {
 		return err
 	}
 	a.Catalog = catalog
-	names := make([]string, 0, len(ps))
-	for _, p := range ps {
+	names := make([]string, 0, len(catalog.Providers()))
+	for _, p := range catalog.Providers() {
 		names = append(names, p.Name())
 	}
-	a.Log.Info("providers ready", "providers", strings.Join(names, ","))
+	a.Log.Info("providers ready", "providers", strings.Join(names, ","), "models", strings.Join(catalog.ModelIDs(), ","))
+	go tokens.Warm() // load the tokenizers before the first request needs them
 	a.Gateway, err = proxy.New(proxy.Config{
 		Limiter:          a.Limiter,
 		Catalog:          catalog,
+		Estimator:        tokens.Tiktoken{},
 		MasterKey:        s.MasterKey,
 		DefaultMaxTokens: a.Config.Gateway.DefaultMaxTokens,
 		MaxBodyBytes:     a.Config.Gateway.MaxBodyBytes,

@@ -37,6 +37,10 @@ type Config struct {
 	Gateway  Gateway
 	Store    StoreOptions
 	Settings Settings
+
+	// Providers are the provider instances; Aliases the virtual models.
+	Providers []ProviderSpec
+	Aliases   []AliasSpec
 }
 
 // StoreOptions tune the DynamoDB store (the file's store section).
@@ -109,6 +113,7 @@ func Load(env Env) (*Config, error) {
 
 	envRules, err := rulesFromEnv(env)
 	errs = append(errs, err)
+	errs = append(errs, cfg.finishProviders(env))
 	cfg.Rules = append(cfg.Rules, envRules...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -122,9 +127,11 @@ func Load(env Env) (*Config, error) {
 
 // file is the YAML document.
 type file struct {
-	RateLimits *rateLimits  `yaml:"rate_limits"`
-	Gateway    *gatewaySpec `yaml:"gateway"`
-	Store      *storeSpec   `yaml:"store"`
+	RateLimits *rateLimits    `yaml:"rate_limits"`
+	Gateway    *gatewaySpec   `yaml:"gateway"`
+	Store      *storeSpec     `yaml:"store"`
+	Providers  []providerYAML `yaml:"providers"`
+	Models     []aliasYAML    `yaml:"models"`
 }
 
 type storeSpec struct {
@@ -267,6 +274,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			cfg.Gateway.LeaseTTL = d
 		}
 	}
+	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at))
 	if st := f.Store; st != nil {
 		if st.RejectCache != "" {
 			d, err := time.ParseDuration(st.RejectCache)

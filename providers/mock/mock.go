@@ -96,10 +96,18 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, req *provid
 			}},
 			"usage": openAIUsage(usage),
 		})
+	case providers.OpResponses:
+		return p.responses(ctx, w, req, id, usage)
+	case providers.OpEmbeddings:
+		return p.embeddings(w, req, usage)
+	case providers.OpMessages:
+		return p.messages(ctx, w, req, id, usage)
+	case providers.OpGenerate:
+		return p.generate(ctx, w, req, usage)
 	}
 	return providers.Result{}, &providers.Error{
-		Provider: p.name, Status: http.StatusNotImplemented,
-		Err: fmt.Errorf("%s: %w", req.Op, providers.ErrUnsupported),
+		Provider: p.name,
+		Err: fmt.Errorf("%s: %w", req.Op, providers.ErrUnsupported), Status: http.StatusBadRequest,
 	}
 }
 
@@ -190,3 +198,12 @@ func (p *Provider) streamChat(ctx context.Context, w http.ResponseWriter, req *p
 
 // AcceptsAnyModel implements providers.AnyModel: the mock answers any id.
 func (p *Provider) AcceptsAnyModel() bool { return true }
+
+// Supports implements providers.Supporter.
+func (p *Provider) Supports(op providers.Op) bool {
+	switch op {
+	case providers.OpChat, providers.OpResponses, providers.OpEmbeddings, providers.OpMessages, providers.OpGenerate:
+		return true
+	}
+	return false
+}

@@ -92,11 +92,7 @@ const (
 
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
-	caller, ok := h.authenticate(w, r, proto)
-	if !ok {
-		return
-	}
-	body, ok := h.readJSON(w, r, proto)
+	caller, body, ok := h.begin(w, r, proto)
 	if !ok {
 		return
 	}
@@ -106,26 +102,20 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Model == nil || *req.Model == "" {
-		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, param: "model",
-			message: "you must provide a model parameter"}, 0)
+		missingModel(w, proto)
 		return
 	}
 	if len(req.Messages) == 0 {
-		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, param: "messages",
-			message: "messages must be a non-empty array"}, 0)
+		badRequest(w, proto, "messages", "messages must be a non-empty array")
 		return
 	}
-	maxTokens := int64(0)
-	for _, m := range []*int64{req.MaxCompletionTokens, req.MaxTokens} {
-		if m != nil {
-			if *m < 1 {
-				writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, param: "max_tokens",
-					message: "max_tokens must be at least 1"}, 0)
-				return
-			}
-			maxTokens = *m
-			break
-		}
+	capField, capValue := "max_tokens", req.MaxTokens
+	if req.MaxCompletionTokens != nil {
+		capField, capValue = "max_completion_tokens", req.MaxCompletionTokens
+	}
+	maxTokens, ok := positive(w, proto, capField, capValue)
+	if !ok {
+		return
 	}
 	model := *req.Model
 	in := int64(tokensPerReply) + h.cfg.Estimator.Count(model, string(req.Tools))
@@ -141,6 +131,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		maxTokens:   maxTokens,
 		inputTokens: in,
 		caller:      caller,
+		header:      r.Header,
 	})
 }
 

@@ -120,6 +120,16 @@ func (h *Handler) routes() {
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	})
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chat)
+	h.mux.HandleFunc("POST /v1/responses", h.responses)
+	h.mux.HandleFunc("POST /v1/embeddings", h.embeddings)
+	h.mux.HandleFunc("POST /v1/messages", h.messages)
+	h.mux.HandleFunc("POST /v1/audio/speech", h.audio)
+	h.mux.HandleFunc("POST /v1/audio/transcriptions", h.audio)
+	h.mux.HandleFunc("POST /v1/audio/translations", h.audio)
+	h.mux.HandleFunc("POST /v1/batches", h.batches)
+	h.mux.HandleFunc("GET /v1/models", h.models)
+	h.mux.HandleFunc("/p/{provider}/{path...}", h.passthrough)
+	h.mux.HandleFunc("POST /v1beta/models/{target}", h.generate)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, providers.ProtocolOpenAI, apiError{
 			status: http.StatusNotFound, typ: errTypeInvalidRequest, code: "unknown_url",
@@ -139,6 +149,12 @@ func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, proto provide
 			return nil, false
 		}
 	}
+	return h.readBody(w, r, proto)
+}
+
+// readBody reads a request body within the size limit, writing the error
+// answer and returning false when it cannot.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, proto providers.Protocol) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError

@@ -26,6 +26,8 @@ type exchange struct {
 	// userPathOnly admits by user-path rules only, holding no slot (batch
 	// submissions).
 	userPathOnly bool
+	// noOutput reserves no output tokens (embeddings, audio).
+	noOutput bool
 
 	// For audio and passthrough calls.
 	method, path, query string
@@ -53,11 +55,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	}
 	reqID := h.cfg.NewID()
 	w.Header().Set("X-Request-Id", reqID)
+	if ex.header == nil {
+		ex.header = r.Header
+	}
 	reserveOut := ex.maxTokens
 	if reserveOut <= 0 {
 		reserveOut = h.cfg.DefaultMaxTokens
 	}
-	if ex.userPathOnly || ex.op == providers.OpEmbeddings {
+	if ex.userPathOnly || ex.noOutput || ex.op == providers.OpEmbeddings {
 		reserveOut = 0
 	}
 	ctx := r.Context()
@@ -176,6 +181,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		OutputTokens:      res.Usage.OutputTokens,
 		CachedInputTokens: res.Usage.CachedInputTokens,
 		Exact:             res.Usage.Reported,
+	}
+	if !used.Exact && used.InputTokens == 0 {
+		// The prompt went out whole even if the answer broke off.
+		used.InputTokens = ex.inputTokens
 	}
 	var perr *providers.Error
 	if err != nil && !tw.wrote {

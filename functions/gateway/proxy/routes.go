@@ -1,0 +1,479 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strings"
+
+	"github.com/tollgate/tollgate/providers"
+)
+
+// responsesRequest is what admission reads of a Responses API call.
+type responsesRequest struct {
+	Model           *string         `json:"model"`
+	Input           json.RawMessage `json:"input"`
+	Instructions    string          `json:"instructions"`
+	MaxOutputTokens *int64          `json:"max_output_tokens"`
+	Stream          bool            `json:"stream"`
+	Tools           rawText         `json:"tools"`
+}
+
+func (h *Handler) responses(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolOpenAI
+	caller, body, ok := h.begin(w, r, proto)
+	if !ok {
+		return
+	}
+	var req responsesRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		badJSON(w, proto, err)
+		return
+	}
+	if req.Model == nil || *req.Model == "" {
+		missingModel(w, proto)
+		return
+	}
+	if len(req.Input) == 0 || bytes.Equal(req.Input, []byte("null")) {
+		badRequest(w, proto, "input", "input is required")
+		return
+	}
+	maxOut, ok := positive(w, proto, "max_output_tokens", req.MaxOutputTokens)
+	if !ok {
+		return
+	}
+	model := *req.Model
+	in := h.count(model, req.Instructions) + h.count(model, string(req.Tools)) + h.count(model, inputText(req.Input))
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpResponses, model: model, body: body, stream: req.Stream,
+		maxTokens: maxOut, inputTokens: in, caller: caller})
+}
+
+// inputText gathers the text of a Responses input: a string, or items
+// whose content is a string or parts with text.
+func inputText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var items []struct {
+		Content content `json:"content"`
+		Text    string  `json:"text"`
+		Output  string  `json:"output"`
+	}
+	if json.Unmarshal(raw, &items) != nil {
+		return string(raw)
+	}
+	var b strings.Builder
+	for _, it := range items {
+		b.WriteString(string(it.Content))
+		b.WriteString(it.Text)
+		b.WriteString(it.Output)
+	}
+	return b.String()
+}
+
+func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolOpenAI
+	caller, body, ok := h.begin(w, r, proto)
+	if !ok {
+		return
+	}
+	var req struct {
+		Model *string         `json:"model"`
+		Input json.RawMessage `json:"input"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		badJSON(w, proto, err)
+		return
+	}
+	if req.Model == nil || *req.Model == "" {
+		missingModel(w, proto)
+		return
+	}
+	in, err := h.embeddingTokens(*req.Model, req.Input)
+	if err != nil {
+		badRequest(w, proto, "input", err.Error())
+		return
+	}
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpEmbeddings, model: *req.Model, body: body, inputTokens: in, caller: caller})
+}
+
+// embeddingTokens counts an embeddings input: a string, strings, a token
+// array or token arrays.
+func (h *Handler) embeddingTokens(model string, raw json.RawMessage) (int64, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return h.count(model, s), nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil && len(ss) > 0 {
+		n := int64(0)
+		for _, x := range ss {
+			n += h.count(model, x)
+		}
+		return n, nil
+	}
+	var toks []int64
+	if json.Unmarshal(raw, &toks) == nil && len(toks) > 0 {
+		return int64(len(toks)), nil
+	}
+	var many [][]int64
+	if json.Unmarshal(raw, &many) == nil && len(many) > 0 {
+		n := 0
+		for _, t := range many {
+			n += len(t)
+		}
+		return int64(n), nil
+	}
+	return 0, errors.New("input must be a non-empty string, array of strings, or token arrays")
+}
+
+// messagesRequest is what admission reads of an Anthropic Messages call.
+type messagesRequest struct {
+	Model     *string         `json:"model"`
+	MaxTokens *int64          `json:"max_tokens"`
+	System    json.RawMessage `json:"system"`
+	Messages  []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Stream bool    `json:"stream"`
+	Tools  rawText `json:"tools"`
+}
+
+func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolAnthropic
+	caller, body, ok := h.begin(w, r, proto)
+	if !ok {
+		return
+	}
+	var req messagesRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		badJSON(w, proto, err)
+		return
+	}
+	switch {
+	case req.Model == nil || *req.Model == "":
+		badRequest(w, proto, "model", "model: field required")
+		return
+	case req.MaxTokens == nil:
+		badRequest(w, proto, "max_tokens", "max_tokens: field required")
+		return
+	case *req.MaxTokens < 1:
+		badRequest(w, proto, "max_tokens", "max_tokens: must be at least 1")
+		return
+	case len(req.Messages) == 0:
+		badRequest(w, proto, "messages", "messages: at least one message is required")
+		return
+	}
+	model := *req.Model
+	in := int64(tokensPerReply) + h.count(model, blocksText(req.System)) + h.count(model, string(req.Tools))
+	for _, m := range req.Messages {
+		in += tokensPerMessage + h.count(model, blocksText(m.Content))
+	}
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpMessages, model: model, body: body, stream: req.Stream,
+		maxTokens: *req.MaxTokens, inputTokens: in, caller: caller, header: r.Header})
+}
+
+// blocksText gathers the text of Anthropic content: a string or blocks
+// (text, tool results; other blocks count as JSON).
+func blocksText(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []struct {
+		Type    string          `json:"type"`
+		Text    string          `json:"text"`
+		Content json.RawMessage `json:"content"`
+		Input   json.RawMessage `json:"input"`
+	}
+	if json.Unmarshal(raw, &blocks) != nil {
+		return string(raw)
+	}
+	var b strings.Builder
+	for _, bl := range blocks {
+		switch bl.Type {
+		case "text":
+			b.WriteString(bl.Text)
+		case "tool_result":
+			b.WriteString(blocksText(bl.Content))
+		case "tool_use":
+			b.Write(bl.Input)
+		case "image", "document":
+			b.WriteString(strings.Repeat(" x", imagePartTokens))
+		}
+	}
+	return b.String()
+}
+
+// audio handles /v1/audio/{speech,transcriptions,translations}: speech is
+// JSON whose input text is counted; the others are multipart uploads whose
+// cost the provider reports.
+func (h *Handler) audio(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolOpenAI
+	caller, ok := h.authenticate(w, r, proto)
+	if !ok {
+		return
+	}
+	body, ok := h.readBody(w, r, proto)
+	if !ok {
+		return
+	}
+	var model, text string
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch mt {
+	case "multipart/form-data":
+		m, err := formValue(body, params["boundary"], "model")
+		if err != nil {
+			badRequest(w, proto, "", "invalid multipart body: "+err.Error())
+			return
+		}
+		model = m
+	case "application/json", "":
+		var req struct {
+			Model string `json:"model"`
+			Input string `json:"input"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			badJSON(w, proto, err)
+			return
+		}
+		model, text = req.Model, req.Input
+	default:
+		writeError(w, proto, apiError{status: http.StatusUnsupportedMediaType, typ: errTypeInvalidRequest, code: errCodeUnsupportedMediaType,
+			message: "unsupported Content-Type " + r.Header.Get("Content-Type") + ": send application/json or multipart/form-data"}, 0)
+		return
+	}
+	if model == "" {
+		missingModel(w, proto)
+		return
+	}
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpAudio, model: model, body: body, inputTokens: h.count(model, text),
+		caller: caller, path: r.URL.Path, header: r.Header, noOutput: true})
+}
+
+// formValue reads one field of a multipart form.
+func formValue(body []byte, boundary, name string) (string, error) {
+	if boundary == "" {
+		return "", errors.New("no boundary")
+	}
+	rd := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := rd.NextPart()
+		if errors.Is(err, io.EOF) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if p.FormName() == name {
+			b, err := io.ReadAll(io.LimitReader(p, 1024))
+			return strings.TrimSpace(string(b)), err
+		}
+	}
+}
+
+// batches submits a batch: one request by user-path rules only, holding no
+// slot, since the batch file may mix models. The provider is named by
+// X-Tollgate-Provider, else the first that takes batches.
+func (h *Handler) batches(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolOpenAI
+	caller, body, ok := h.begin(w, r, proto)
+	if !ok {
+		return
+	}
+	var req struct {
+		InputFileID string `json:"input_file_id"`
+		Endpoint    string `json:"endpoint"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		badJSON(w, proto, err)
+		return
+	}
+	if req.InputFileID == "" || req.Endpoint == "" {
+		badRequest(w, proto, "input_file_id", "input_file_id and endpoint are required")
+		return
+	}
+	p, ok := h.pickProvider(r.Header.Get(headerProvider), providers.OpBatches)
+	if !ok {
+		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: errCodeNotSupported,
+			message: "no configured provider accepts batches"}, 0)
+		return
+	}
+	route := providers.Route{Name: p.Name(), Strategy: providers.Failover, Targets: []providers.Target{{Provider: p, Weight: 1}}}
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpBatches, body: body, caller: caller, userPathOnly: true, route: &route, header: r.Header})
+}
+
+// headerProvider names the provider of a call that names no model.
+const headerProvider = "X-Tollgate-Provider"
+
+func (h *Handler) pickProvider(name string, op providers.Op) (providers.Provider, bool) {
+	if name != "" {
+		return h.cfg.Catalog.Provider(name)
+	}
+	for _, p := range h.cfg.Catalog.Providers() {
+		if s, ok := p.(providers.Supporter); ok && s.Supports(op) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// passthrough forwards /p/{provider}/{path} to that provider as it is,
+// after admission by user-path and provider rules (and model rules when
+// the JSON body names a model).
+func (h *Handler) passthrough(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolOpenAI
+	caller, ok := h.authenticate(w, r, proto)
+	if !ok {
+		return
+	}
+	p, known := h.cfg.Catalog.Provider(r.PathValue("provider"))
+	if !known {
+		writeError(w, proto, apiError{status: http.StatusNotFound, typ: errTypeNotFound, message: "unknown provider " + r.PathValue("provider")}, 0)
+		return
+	}
+	body, ok := h.readBody(w, r, proto)
+	if !ok {
+		return
+	}
+	var req struct {
+		Model     string `json:"model"`
+		Stream    bool   `json:"stream"`
+		MaxTokens int64  `json:"max_tokens"`
+	}
+	_ = json.Unmarshal(body, &req)
+	route := providers.Route{Name: p.Name(), Strategy: providers.Failover, Targets: []providers.Target{{Provider: p, Model: req.Model, Weight: 1}}}
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpPassthrough, model: req.Model, body: body, stream: req.Stream,
+		maxTokens: req.MaxTokens, inputTokens: h.count(req.Model, string(body)), caller: caller, route: &route,
+		method: r.Method, path: "/" + r.PathValue("path"), query: r.URL.RawQuery, header: r.Header})
+}
+
+// generate handles Gemini's POST /v1beta/models/{model}:{action}.
+func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolGemini
+	target := r.PathValue("target")
+	model, action, ok := strings.Cut(target, ":")
+	if !ok || (action != "generateContent" && action != "streamGenerateContent") {
+		writeError(w, proto, apiError{status: http.StatusNotFound, typ: errTypeNotFound,
+			message: "unknown method " + target + ": want {model}:generateContent or {model}:streamGenerateContent"}, 0)
+		return
+	}
+	caller, body, ok := h.begin(w, r, proto)
+	if !ok {
+		return
+	}
+	var req struct {
+		Contents []struct {
+			Parts []struct {
+				Text string `json:"text"`
+			} `json:"parts"`
+		} `json:"contents"`
+		SystemInstruction *struct {
+			Parts []struct {
+				Text string `json:"text"`
+			} `json:"parts"`
+		} `json:"systemInstruction"`
+		GenerationConfig struct {
+			MaxOutputTokens *int64 `json:"maxOutputTokens"`
+		} `json:"generationConfig"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		badJSON(w, proto, err)
+		return
+	}
+	if len(req.Contents) == 0 {
+		badRequest(w, proto, "contents", "contents is not specified")
+		return
+	}
+	maxOut, ok := positive(w, proto, "generationConfig.maxOutputTokens", req.GenerationConfig.MaxOutputTokens)
+	if !ok {
+		return
+	}
+	var text strings.Builder
+	if req.SystemInstruction != nil {
+		for _, p := range req.SystemInstruction.Parts {
+			text.WriteString(p.Text)
+		}
+	}
+	for _, c := range req.Contents {
+		for _, p := range c.Parts {
+			text.WriteString(p.Text)
+		}
+	}
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpGenerate, model: model, body: body,
+		stream: action == "streamGenerateContent", maxTokens: maxOut, inputTokens: h.count(model, text.String()),
+		caller: caller, path: ":" + action})
+}
+
+// models lists the model names clients may use.
+func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
+	if _, ok := h.authenticate(w, r, providers.ProtocolOpenAI); !ok {
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, id := range h.cfg.Catalog.ModelIDs() {
+		owner := "tollgate"
+		if rt, ok := h.cfg.Catalog.Resolve(id); ok && !rt.Alias {
+			owner = rt.Targets[0].Provider.Name()
+		}
+		out.Data = append(out.Data, model{ID: id, Object: "model", OwnedBy: owner})
+	}
+	b, _ := json.Marshal(out)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// begin authenticates and reads a JSON body.
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, proto providers.Protocol) (Caller, []byte, bool) {
+	caller, ok := h.authenticate(w, r, proto)
+	if !ok {
+		return Caller{}, nil, false
+	}
+	body, ok := h.readJSON(w, r, proto)
+	return caller, body, ok
+}
+
+func (h *Handler) count(model, text string) int64 {
+	if text == "" {
+		return 0
+	}
+	return h.cfg.Estimator.Count(model, text)
+}
+
+func missingModel(w http.ResponseWriter, proto providers.Protocol) {
+	badRequest(w, proto, "model", "you must provide a model parameter")
+}
+
+func badRequest(w http.ResponseWriter, proto providers.Protocol, param, msg string) {
+	writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, param: param, message: msg}, 0)
+}
+
+// positive checks an optional output cap.
+func positive(w http.ResponseWriter, proto providers.Protocol, param string, v *int64) (int64, bool) {
+	if v == nil {
+		return 0, true
+	}
+	if *v < 1 {
+		badRequest(w, proto, param, param+" must be at least 1")
+		return 0, false
+	}
+	return *v, true
+}

@@ -1,0 +1,273 @@
+// Package openai is the adapter for OpenAI's API and everything that
+// speaks it: Azure OpenAI (deployment URLs, api-version, api-key header)
+// and any OpenAI-compatible server (vLLM, Ollama, LM Studio, …).
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/sse"
+)
+
+// Config configures one OpenAI-style provider instance.
+type Config struct {
+	Name    string
+	BaseURL string // e.g. https://api.openai.com/v1, http://127.0.0.1:8000/v1
+	APIKey  string // may be empty for local servers
+	// Models the instance serves, for /v1/models and resolving bare ids;
+	// empty means it accepts any model id.
+	Models []string
+	// Azure, when set, builds Azure OpenAI URLs and authenticates with the
+	// api-key header.
+	Azure *Azure
+	// Timeout bounds the wait for response headers (default 5 minutes).
+	Timeout time.Duration
+	Client  *http.Client
+}
+
+// Azure is what Azure OpenAI needs beyond the base URL
+// (https://<resource>.openai.azure.com).
+type Azure struct {
+	APIVersion string
+	// Deployments maps model ids to deployment names; a model with no entry
+	// is its own deployment name.
+	Deployments map[string]string
+}
+
+// Provider is an OpenAI-style provider.
+type Provider struct {
+	cfg    Config
+	client *http.Client
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns a Provider.
+func New(cfg Config) (*Provider, error) {
+	if cfg.Name == "" || cfg.BaseURL == "" {
+		return nil, errors.New("openai: name and base URL are required")
+	}
+	if _, err := url.Parse(cfg.BaseURL); err != nil {
+		return nil, fmt.Errorf("openai: base URL: %w", err)
+	}
+	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	if cfg.Azure != nil && cfg.Azure.APIVersion == "" {
+		cfg.Azure.APIVersion = "2024-10-21"
+	}
+	c := cfg.Client
+	if c == nil {
+		c = providers.NewHTTPClient(cfg.Timeout)
+	}
+	return &Provider{cfg: cfg, client: c}, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return p.cfg.Name }
+
+// Models implements providers.ModelLister.
+func (p *Provider) Models() []string { return p.cfg.Models }
+
+// AcceptsAnyModel implements providers.AnyModel.
+func (p *Provider) AcceptsAnyModel() bool { return len(p.cfg.Models) == 0 }
+
+// endpoint returns the URL of an operation's path ("/chat/completions").
+func (p *Provider) endpoint(model, path string) string {
+	if az := p.cfg.Azure; az != nil {
+		dep := model
+		if d, ok := az.Deployments[model]; ok {
+			dep = d
+		}
+		return p.cfg.BaseURL + "/openai/deployments/" + url.PathEscape(dep) + path + "?api-version=" + url.QueryEscape(az.APIVersion)
+	}
+	return p.cfg.BaseURL + path
+}
+
+func (p *Provider) authorize(req *http.Request) {
+	if p.cfg.APIKey == "" {
+		return
+	}
+	if p.cfg.Azure != nil {
+		req.Header.Set("Api-Key", p.cfg.APIKey)
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
+}
+
+// Serve implements providers.Provider.
+func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, r *providers.Request) (providers.Result, error) {
+	switch r.Op {
+	case providers.OpChat:
+		return p.chat(ctx, w, r)
+	case providers.OpResponses:
+		return p.json(ctx, w, r, "/responses", responsesUsage, responsesStream)
+	case providers.OpEmbeddings:
+		return p.json(ctx, w, r, "/embeddings", chatUsage, nil)
+	case providers.OpBatches:
+		return p.raw(ctx, w, r, http.MethodPost, p.cfg.BaseURL+"/batches", r.Body)
+	case providers.OpAudio:
+		return p.audio(ctx, w, r)
+	case providers.OpPassthrough:
+		u := p.cfg.BaseURL + r.Path
+		if r.Query != "" {
+			u += "?" + r.Query
+		}
+		return p.raw(ctx, w, r, r.Method, u, r.Body)
+	}
+	return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest,
+		Err: fmt.Errorf("%s: %w", r.Op, providers.ErrUnsupported)}
+}
+
+// chat sends a chat completion. For streams it asks for the usage chunk
+// (stream_options.include_usage) and hides it from a client that did not
+// ask for it.
+func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers.Request) (providers.Result, error) {
+	set := map[string]any{}
+	clientWantsUsage := false
+	if r.Stream {
+		var opts struct {
+			StreamOptions map[string]any `json:"stream_options"`
+		}
+		_ = json.Unmarshal(r.Body, &opts)
+		so := opts.StreamOptions
+		if so == nil {
+			so = map[string]any{}
+		}
+		clientWantsUsage, _ = so["include_usage"].(bool)
+		so["include_usage"] = true
+		set["stream_options"] = so
+	}
+	return p.send(ctx, w, r, "/chat/completions", set, chatUsage, func(ev sse.Event, res *providers.Result) bool {
+		return chatStream(ev, res, clientWantsUsage)
+	})
+}
+
+// json sends a JSON operation with the model set to the target's.
+func (p *Provider) json(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string,
+	usage func([]byte) (providers.Usage, bool), stream func(sse.Event, *providers.Result) bool) (providers.Result, error) {
+	return p.send(ctx, w, r, path, nil, usage, stream)
+}
+
+func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string, set map[string]any,
+	usage func([]byte) (providers.Usage, bool), stream func(sse.Event, *providers.Result) bool) (providers.Result, error) {
+	body, err := providers.SetModel(r.Body, r.Model, set)
+	if err != nil {
+		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Err: err}
+	}
+	req, err := providers.NewRequest(ctx, http.MethodPost, p.endpoint(r.Model, path), body, r.Header)
+	if err != nil {
+		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Err: err}
+	}
+	p.authorize(req)
+	resp, perr := providers.Send(p.client, p.cfg.Name, req)
+	if perr != nil {
+		return providers.Result{}, perr
+	}
+	defer resp.Body.Close()
+	res := providers.Result{Status: resp.StatusCode, Limits: providers.ParseLimits(resp.Header, time.Now())}
+	providers.CopyHeaders(w, resp)
+	if r.Stream && stream != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return relay(w, resp, res, stream)
+	}
+	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	if err != nil {
+		return res, &providers.Error{Provider: p.cfg.Name, Err: err}
+	}
+	res.Usage, res.Usage.Reported = usage(b)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(b)
+	return res, nil
+}
+
+// relay passes an event stream through event by event. keep sees each
+// event, records usage in res, and says whether to pass it on.
+func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, keep func(sse.Event, *providers.Result) bool) (providers.Result, error) {
+	sse.Header(w, resp.StatusCode)
+	sw := sse.NewWriter(w)
+	rd := sse.NewReader(resp.Body)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			// io.EOF is the end; anything else (the client left, the
+			// upstream broke) ends the stream with what was counted.
+			return res, nil
+		}
+		if !keep(ev, &res) {
+			continue
+		}
+		if err := sw.Raw(ev.Raw); err != nil {
+			res.Usage.Reported = false
+			return res, nil
+		}
+	}
+}
+
+// raw passes a request and its answer through unchanged (batches,
+// passthrough). A JSON answer with a usage block reports it.
+func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.Request, method, u string, body []byte) (providers.Result, error) {
+	if method == "" {
+		method = http.MethodPost
+	}
+	if method == http.MethodGet || method == http.MethodHead || method == http.MethodDelete {
+		body = nil
+	}
+	req, err := providers.NewRequest(ctx, method, u, body, r.Header)
+	if err != nil {
+		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Err: err}
+	}
+	p.authorize(req)
+	resp, perr := providers.Send(p.client, p.cfg.Name, req)
+	if perr != nil {
+		return providers.Result{}, perr
+	}
+	defer resp.Body.Close()
+	res := providers.Result{Status: resp.StatusCode, Limits: providers.ParseLimits(resp.Header, time.Now())}
+	providers.CopyHeaders(w, resp)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return relay(w, resp, res, func(ev sse.Event, res *providers.Result) bool {
+			if u, ok := chatUsage(ev.Data); ok {
+				res.Usage = u
+				res.Usage.Reported = true
+			}
+			return true
+		})
+	}
+	w.WriteHeader(resp.StatusCode)
+	buf := make([]byte, 32<<10)
+	var head bytes.Buffer
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if head.Len() < 1<<20 {
+				head.Write(buf[:n])
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return res, nil
+			}
+			_ = http.NewResponseController(w).Flush()
+		}
+		if err != nil {
+			break
+		}
+	}
+	res.Usage, res.Usage.Reported = chatUsage(head.Bytes())
+	return res, nil
+}
+
+// Supports implements providers.Supporter: every OpenAI operation.
+func (p *Provider) Supports(op providers.Op) bool {
+	switch op {
+	case providers.OpChat, providers.OpResponses, providers.OpEmbeddings, providers.OpAudio,
+		providers.OpBatches, providers.OpPassthrough:
+		return true
+	}
+	return false
+}

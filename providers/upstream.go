@@ -1,0 +1,227 @@
+package providers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxErrorBody bounds how much of an upstream error body is kept.
+const MaxErrorBody = 64 << 10
+
+// NewHTTPClient returns the client an adapter calls its upstream with.
+// headerTimeout bounds the wait for the response headers (a
+// non-streaming answer sends them only when it is complete); nothing bounds
+// a stream once it flows, but the caller's context.
+func NewHTTPClient(headerTimeout time.Duration) *http.Client {
+	if headerTimeout <= 0 {
+		headerTimeout = 5 * time.Minute
+	}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
+		ExpectContinueTimeout: time.Second,
+	}}
+}
+
+// Send sends req and returns the response when its status is 2xx. Any other
+// outcome is an *Error with nothing written to the client: a transport
+// failure or timeout (Status 0), or an error status with its body (at most
+// MaxErrorBody) and the rate-limit headers parsed.
+func Send(client *http.Client, provider string, req *http.Request) (*http.Response, *Error) {
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, &Error{Provider: provider, Err: err}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+	resp.Body.Close()
+	e := &Error{
+		Provider: provider,
+		Status:   resp.StatusCode,
+		Body:     body,
+		Header:   resp.Header.Clone(),
+		Limits:   ParseLimits(resp.Header, time.Now()),
+		Err:      errors.New(http.StatusText(resp.StatusCode)),
+	}
+	if d := retryDelayFromBody(body); d > e.Limits.RetryAfter {
+		e.Limits.RetryAfter = d
+	}
+	return nil, e
+}
+
+// ParseLimits reads a provider's rate-limit headers: OpenAI's and Azure's
+// x-ratelimit-{remaining,reset}-{requests,tokens}, Anthropic's
+// anthropic-ratelimit-*, and retry-after / retry-after-ms. now turns
+// Anthropic's reset timestamps into durations.
+func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
+	l := UpstreamLimits{RemainingRequests: -1, RemainingTokens: -1}
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+			l.RetryAfter = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	if v := h.Get("Retry-After"); v != "" && l.RetryAfter == 0 {
+		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+			l.RetryAfter = time.Duration(s * float64(time.Second))
+		} else if t, err := http.ParseTime(v); err == nil {
+			l.RetryAfter = max(0, t.Sub(now))
+		}
+	}
+	l.RemainingRequests = intHeader(h, "X-Ratelimit-Remaining-Requests", "Anthropic-Ratelimit-Requests-Remaining")
+	l.RemainingTokens = intHeader(h, "X-Ratelimit-Remaining-Tokens", "Anthropic-Ratelimit-Tokens-Remaining")
+	l.ResetRequests = resetHeader(h, now, "X-Ratelimit-Reset-Requests", "Anthropic-Ratelimit-Requests-Reset")
+	l.ResetTokens = resetHeader(h, now, "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Tokens-Reset")
+	return l
+}
+
+func intHeader(h http.Header, names ...string) int64 {
+	for _, name := range names {
+		if v := h.Get(name); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// resetHeader reads a reset as OpenAI writes it ("1s", "6m0s", "20ms"), as
+// seconds, or as Anthropic's RFC 3339 timestamp.
+func resetHeader(h http.Header, now time.Time, names ...string) time.Duration {
+	for _, name := range names {
+		v := h.Get(name)
+		if v == "" {
+			continue
+		}
+		if d, err := time.ParseDuration(v); err == nil {
+			return max(0, d)
+		}
+		if s, err := strconv.ParseFloat(v, 64); err == nil {
+			return time.Duration(s * float64(time.Second))
+		}
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			return max(0, t.Sub(now))
+		}
+	}
+	return 0
+}
+
+// retryDelayFromBody reads Gemini's google.rpc.RetryInfo retryDelay ("12s")
+// from an error body.
+func retryDelayFromBody(body []byte) time.Duration {
+	if !bytes.Contains(body, []byte("retryDelay")) {
+		return 0
+	}
+	var e struct {
+		Error struct {
+			Details []struct {
+				Type       string `json:"@type"`
+				RetryDelay string `json:"retryDelay"`
+			} `json:"details"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return 0
+	}
+	for _, d := range e.Error.Details {
+		if strings.HasSuffix(d.Type, "RetryInfo") {
+			if v, err := time.ParseDuration(d.RetryDelay); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// forwarded are the client headers passed upstream; credentials never are.
+var forwarded = []string{"Content-Type", "Accept", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
+
+// NewRequest builds an upstream request carrying body and the client
+// headers worth forwarding.
+func NewRequest(ctx context.Context, method, url string, body []byte, client http.Header) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range forwarded {
+		if v := client.Get(k); v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// CopyHeaders relays the response headers a client needs (content type and
+// disposition, the upstream's request id) and nothing that would contradict
+// the gateway's own (its x-ratelimit-* stay the gateway's).
+func CopyHeaders(w http.ResponseWriter, resp *http.Response) {
+	h := w.Header()
+	for _, k := range []string{"Content-Type", "Content-Disposition"} {
+		if v := resp.Header.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	for _, k := range []string{"X-Request-Id", "Request-Id", "Apim-Request-Id"} {
+		if v := resp.Header.Get(k); v != "" {
+			h.Set("X-Upstream-Request-Id", v)
+			break
+		}
+	}
+}
+
+// SetModel returns the JSON object body with its "model" member set to
+// model, and any other members given in set. The rest of the body is kept
+// byte for byte.
+func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, err
+	}
+	if model != "" {
+		m, _ := json.Marshal(model)
+		obj["model"] = m
+	}
+	for k, v := range set {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		obj[k] = raw
+	}
+	return json.Marshal(obj)
+}
+
+// ReadAll reads a whole non-streaming answer, at most max bytes.
+func ReadAll(r io.Reader, max int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err == nil && int64(len(b)) > max {
+		return nil, errors.New("upstream answer larger than the gateway accepts")
+	}
+	return b, err
+}
+
+// MaxAnswerBytes bounds a non-streaming answer the gateway reads whole.
+const MaxAnswerBytes = 64 << 20
