@@ -107,7 +107,7 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, req *provid
 	}
 	return providers.Result{}, &providers.Error{
 		Provider: p.name,
-		Err: fmt.Errorf("%s: %w", req.Op, providers.ErrUnsupported), Status: http.StatusBadRequest,
+		Err:      fmt.Errorf("%s: %w", req.Op, providers.ErrUnsupported), Status: http.StatusBadRequest,
 	}
 }
 
