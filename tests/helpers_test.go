@@ -107,3 +107,5 @@ func decodeOpenAIError(t *testing.T, body []byte) openAIError {
 	}
 	return e.Error
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

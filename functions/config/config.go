@@ -96,12 +96,18 @@ func Load(env Env) (*Config, error) {
 	cfg.Settings = settings
 	errs = append(errs, err)
 
+	// Unset: tollgate.yaml if there is one. Set but empty: no file.
 	path, explicit := env["TOLLGATE_CONFIG"]
-	if !explicit || path == "" {
+	if !explicit {
 		path = DefaultFile
 	}
-	data, err := os.ReadFile(path)
+	var data []byte
+	err = os.ErrNotExist
+	if path != "" {
+		data, err = os.ReadFile(path)
+	}
 	switch {
+	case path == "":
 	case err == nil:
 		cfg.File = path
 		errs = append(errs, cfg.loadFile(path, data))

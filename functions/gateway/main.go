@@ -1,6 +1,7 @@
 // Command gateway is tollgate's gateway function. Inside Lambda it serves
-// API Gateway events; anywhere else it is the whole local stack in one
-// process: the gateway on 127.0.0.1:$PORT.
+// API Gateway events, streaming; anywhere else it is the whole local stack
+// in one process: the gateway on 127.0.0.1:$PORT, with the reconciler on a
+// ticker.
 package main
 
 import (
@@ -14,8 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
+
 	"github.com/tollgate/tollgate/functions/app"
 	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/infra/lambdaweb"
 )
 
 func main() {
@@ -31,6 +35,12 @@ func main() {
 	defer a.Close()
 	if err := a.BuildGateway(); err != nil {
 		app.Exit(log, err)
+	}
+	if a.Config.Settings.InLambda {
+		// API Gateway REST API with response streaming: answers flow to the
+		// client as they are written.
+		lambda.StartWithOptions(lambdaweb.Handler(a.Gateway, true, log), lambda.WithContext(ctx))
+		return
 	}
 
 	// A local process is the whole stack: the reconciler runs in it too.

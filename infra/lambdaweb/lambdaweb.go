@@ -1,0 +1,174 @@
+// Package lambdaweb serves an http.Handler from Lambda behind API Gateway.
+//
+// REST API events (v1) can be answered as a stream: API Gateway's response
+// streaming integration (GA since November 2025) reads the function's
+// response as it is written, so server-sent events reach the client chunk
+// by chunk. aws-lambda-go-api-proxy buffers whole responses (its Flush does
+// nothing), so the streaming adapter is this package's own; api-proxy
+// serves the buffered cases (REST without streaming, HTTP API v2).
+package lambdaweb
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
+)
+
+// Handler returns a Lambda handler for h that accepts API Gateway REST API
+// (v1) and HTTP API (v2) events. With stream, REST events are answered as
+// a response stream (the integration must use the
+// response-streaming-invocations URI and transfer mode STREAM); without,
+// buffered. HTTP API events are always buffered.
+func Handler(h http.Handler, stream bool, log *slog.Logger) func(context.Context, json.RawMessage) (any, error) {
+	v1 := httpadapter.New(h)
+	v2 := httpadapter.NewV2(h)
+	return func(ctx context.Context, raw json.RawMessage) (any, error) {
+		var probe struct {
+			Version string `json:"version"`
+			RawPath string `json:"rawPath"`
+		}
+		_ = json.Unmarshal(raw, &probe)
+		if probe.Version == "2.0" || probe.RawPath != "" {
+			var ev events.APIGatewayV2HTTPRequest
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				return nil, fmt.Errorf("HTTP API event: %w", err)
+			}
+			return v2.ProxyWithContext(ctx, ev)
+		}
+		var ev events.APIGatewayProxyRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("REST API event: %w", err)
+		}
+		if !stream {
+			return v1.ProxyWithContext(ctx, ev)
+		}
+		return Stream(ctx, h, ev, log)
+	}
+}
+
+// Stream serves a REST API event with h and returns as soon as h has
+// decided its status and headers; the body follows through the returned
+// response's reader as h writes it, each write passed on at once.
+func Stream(ctx context.Context, h http.Handler, ev events.APIGatewayProxyRequest, log *slog.Logger) (*events.APIGatewayProxyStreamingResponse, error) {
+	req, err := Request(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	w := &streamWriter{header: http.Header{}, body: pw, ready: make(chan struct{})}
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				if log != nil {
+					log.Error("handler panicked", "panic", fmt.Sprint(p))
+				}
+				w.WriteHeader(http.StatusInternalServerError)
+				_ = pw.CloseWithError(fmt.Errorf("handler panicked: %v", p))
+				return
+			}
+			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
+			_ = pw.Close()
+		}()
+		h.ServeHTTP(w, req)
+	}()
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		_ = pr.CloseWithError(ctx.Err())
+		return nil, ctx.Err()
+	}
+	return &events.APIGatewayProxyStreamingResponse{
+		StatusCode:        w.status,
+		MultiValueHeaders: w.sent,
+		Body:              pr,
+	}, nil
+}
+
+// streamWriter is the http.ResponseWriter of a streamed answer. The pipe
+// behind it is unbuffered: a Write returns once the runtime has taken the
+// bytes, so there is nothing to flush.
+type streamWriter struct {
+	header http.Header
+	body   *io.PipeWriter
+	once   sync.Once
+	ready  chan struct{}
+	status int
+	sent   map[string][]string
+}
+
+func (w *streamWriter) Header() http.Header { return w.header }
+
+func (w *streamWriter) WriteHeader(status int) {
+	w.once.Do(func() {
+		w.status = status
+		w.sent = map[string][]string(w.header.Clone())
+		close(w.ready)
+	})
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(p)
+}
+
+// Flush implements http.Flusher; see the type's comment.
+func (w *streamWriter) Flush() { w.WriteHeader(http.StatusOK) }
+
+// Request builds the http.Request of a REST API event.
+func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Request, error) {
+	q := url.Values{}
+	for k, vs := range ev.MultiValueQueryStringParameters {
+		q[k] = append([]string(nil), vs...)
+	}
+	for k, v := range ev.QueryStringParameters {
+		if _, ok := q[k]; !ok {
+			q.Set(k, v)
+		}
+	}
+	body := []byte(ev.Body)
+	if ev.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(ev.Body)
+		if err != nil {
+			return nil, errors.New("event body is not valid base64")
+		}
+		body = b
+	}
+	path := ev.Path
+	if path == "" {
+		path = "/"
+	}
+	u := &url.URL{Path: path, RawQuery: q.Encode()}
+	req, err := http.NewRequestWithContext(ctx, ev.HTTPMethod, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range ev.MultiValueHeaders {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	for k, v := range ev.Headers {
+		if req.Header.Get(k) == "" {
+			req.Header.Set(k, v)
+		}
+	}
+	req.Host = req.Header.Get("Host")
+	req.RequestURI = u.RequestURI()
+	req.RemoteAddr = ev.RequestContext.Identity.SourceIP
+	req.ContentLength = int64(len(body))
+	if id := ev.RequestContext.RequestID; id != "" && req.Header.Get("X-Amzn-Request-Id") == "" {
+		req.Header.Set("X-Amzn-Request-Id", id)
+	}
+	return req, nil
+}
