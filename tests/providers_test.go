@@ -361,3 +361,41 @@ func TestGeminiProvider(t *testing.T) {
 	}
 	wantUsage(t, g.lastUsage(t, 3), 5, 10, 0)
 }
+
+// The built-in mock, through both SDKs: its usage is min(max_tokens, 16)
+// output tokens and the gateway's own estimate of the prompt.
+func TestMockProviderWithSDKs(t *testing.T) {
+	ctx := context.Background()
+	g := newSDKGateway(t, []providers.Provider{newCountingMock("mock")}, nil)
+	oc := openAIClient(g)
+	params := userMessage("Hello there")
+	params.MaxTokens = openai.Int(5)
+	resp, err := oc.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.CompletionTokens != 5 || resp.Choices[0].FinishReason != "length" {
+		t.Fatalf("mock chat %+v", resp)
+	}
+	u := g.lastUsage(t, 1)
+	if u.OutputTokens != 5 || u.InputTokens != resp.Usage.PromptTokens || !u.Exact {
+		t.Fatalf("recorded %+v, answer %+v", u, resp.Usage)
+	}
+	ac := anthropicClient(g)
+	stream := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
+		Model: "claude-mock", MaxTokens: 100,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))},
+	})
+	var acc anthropic.Message
+	for stream.Next() {
+		if err := acc.Accumulate(stream.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stream.Err() != nil || acc.Usage.OutputTokens != 16 || !strings.HasPrefix(acc.Content[0].Text, "tollgate mock answer") {
+		t.Fatalf("mock messages stream %+v %v", acc, stream.Err())
+	}
+	if u := g.lastUsage(t, 2); u.OutputTokens != 16 || !u.Exact {
+		t.Fatalf("recorded %+v", u)
+	}
+}

@@ -199,3 +199,67 @@ func TestDuplicateAcrossSources(t *testing.T) {
 		t.Fatalf("a rule in both the file and the environment must be refused, got %v", err)
 	}
 }
+
+func TestProviders(t *testing.T) {
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/providers.yaml", "OPENAI_API_KEY": "sk-o", "VLLM_BASE_URL": "http://127.0.0.1:9/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Providers) != 3 || len(cfg.Aliases) != 1 {
+		t.Fatalf("providers %+v aliases %+v", cfg.Providers, cfg.Aliases)
+	}
+	o, az, v := cfg.Providers[0], cfg.Providers[1], cfg.Providers[2]
+	if o.APIKey != "sk-o" || o.BaseURL != "https://api.openai.com/v1" {
+		t.Errorf("openai %+v", o)
+	}
+	if az.APIKeyParameter != "/tollgate/azure" || az.APIKey != "" || az.Deployments["gpt-4o"] != "prod" {
+		t.Errorf("azure %+v", az)
+	}
+	if v.BaseURL != "http://127.0.0.1:9/v1" || v.Timeout != 10*time.Minute {
+		t.Errorf("vllm %+v: VLLM_BASE_URL must override", v)
+	}
+	if a := cfg.Aliases[0]; a.Strategy != "weighted" || a.Targets[0].Weight != 3 || a.Targets[1].Model != "vllm/meta-llama/Llama-3.1-8B-Instruct" {
+		t.Errorf("alias %+v", a)
+	}
+}
+
+func TestProvidersFromEnvOnly(t *testing.T) {
+	cfg, err := load(t, Env{"ANTHROPIC_API_KEY": "sk-a", "GEMINI_API_KEY": "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Providers) != 2 || cfg.Providers[0].Name != "anthropic" || cfg.Providers[1].APIKey != "g" {
+		t.Fatalf("providers %+v", cfg.Providers)
+	}
+	cfg, _ = load(t, Env{})
+	if len(cfg.Providers) != 1 || cfg.Providers[0].Type != "mock" {
+		t.Fatalf("with no keys, the mock: %+v", cfg.Providers)
+	}
+}
+
+func TestBadProviders(t *testing.T) {
+	_, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/bad_providers.yaml"})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{
+		`providers[0]: type "openai-ish" is not one of`,
+		`providers[2]: provider "DUP" is defined twice`,
+		`providers[3]: give the key by one of`,
+		`providers[4]: api_version and deployments are for azure providers`,
+		`models[0]: strategy "random" is neither failover nor weighted`,
+		`models[0].targets[0]: "gpt-4o" is not provider/model`,
+		`provider "az": base_url is required for type azure`,
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+func TestEmptyConfigVariableMeansNoFile(t *testing.T) {
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": ""})
+	if err != nil || cfg.File != "" {
+		t.Fatalf("TOLLGATE_CONFIG= must mean no file: %v %q", err, cfg.File)
+	}
+}
