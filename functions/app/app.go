@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -17,8 +18,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
+	"github.com/tollgate/tollgate/functions/admin/adminapi"
 	"github.com/tollgate/tollgate/functions/config"
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
+	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/memstore"
 	"github.com/tollgate/tollgate/infra/secrets"
@@ -43,6 +46,17 @@ type App struct {
 	secretOptions secrets.Options
 	// Gateway is the gateway's handler (nil until BuildGateway).
 	Gateway *proxy.Handler
+	// Admin is the admin API's handler (nil until BuildAdmin).
+	Admin *adminapi.Handler
+	// Config store: manual rules, generations, managed keys; and the
+	// watcher that keeps the limiter's rules in step with it.
+	ConfigStore interface {
+		adminapi.Store
+		configstore.Source
+	}
+	Watcher *configstore.Watcher
+	// Clock is the time of every decision the handlers make; tests set it.
+	Clock func() time.Time
 
 	closers []func()
 }
@@ -63,7 +77,7 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	a := &App{Config: cfg, Log: log}
+	a := &App{Config: cfg, Log: log, Clock: time.Now}
 	switch cfg.Settings.Store {
 	case "memory":
 		if cfg.Settings.InLambda {
@@ -88,7 +102,18 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("configuration loaded", "file", cfg.File, "rules", rs.Len(), "store", cfg.Settings.Store)
+	if cfg.Settings.Store == "dynamodb" {
+		a.ConfigStore = configstore.NewDynamo(a.Dynamo, dynamostore.Names(cfg.Settings.TablePrefix).Config)
+	} else {
+		a.ConfigStore = configstore.NewMemory()
+	}
+	a.Watcher = configstore.NewWatcher(a.ConfigStore, rules, a.Limiter, 0, log)
+	if cfg.RateLimitsEnabled {
+		if err := a.Watcher.Load(ctx); err != nil {
+			log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
+		}
+	}
+	log.Info("configuration loaded", "file", cfg.File, "rules", a.Limiter.Rules().Len(), "store", cfg.Settings.Store)
 	return a, nil
 }
 
@@ -146,7 +171,7 @@ func (a *App) BuildGateway() error {
 	}
 	a.Log.Info("providers ready", "providers", strings.Join(names, ","), "models", strings.Join(catalog.ModelIDs(), ","))
 	go tokens.Warm() // load the tokenizers before the first request needs them
-	a.Gateway, err = proxy.New(proxy.Config{
+	pc := proxy.Config{
 		Limiter:          a.Limiter,
 		Catalog:          catalog,
 		Estimator:        tokens.Tiktoken{},
@@ -155,8 +180,63 @@ func (a *App) BuildGateway() error {
 		MaxBodyBytes:     a.Config.Gateway.MaxBodyBytes,
 		FailOpen:         s.StoreFailure == "open",
 		Logger:           a.Log,
+		Now:              a.Clock,
+	}
+	if a.Config.RateLimitsEnabled {
+		pc.Refresh = a.Watcher.Refresh
+	}
+	if s.MasterKey != "" {
+		pc.Keys = keyResolver{cache: configstore.NewKeyCache(a.ConfigStore, 0), now: a.Clock}
+	}
+	a.Gateway, err = proxy.New(pc)
+	return err
+}
+
+// BuildAdmin builds the admin API.
+func (a *App) BuildAdmin() error {
+	s := a.Config.Settings
+	if s.MasterKey == "" && s.InLambda {
+		return errors.New("TOLLGATE_MASTER_KEY is required inside Lambda")
+	}
+	var config []limiter.Rule
+	if a.Config.RateLimitsEnabled {
+		config = a.Config.Rules
+	}
+	var err error
+	a.Admin, err = adminapi.New(adminapi.Config{
+		Store:       a.ConfigStore,
+		ConfigRules: config,
+		Limiter:     a.Limiter,
+		Watcher:     a.Watcher,
+		MasterKey:   s.MasterKey,
+		DevMode:     s.MasterKey == "",
+		Logger:      a.Log,
+		Now:         a.Clock,
 	})
 	return err
+}
+
+// LocalHandler is the whole stack of a local process: the admin API under
+// /admin/, the gateway everywhere else.
+func (a *App) LocalHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/admin/", a.Admin)
+	mux.Handle("/", a.Gateway)
+	return mux
+}
+
+// keyResolver resolves managed keys for the gateway through a short cache.
+type keyResolver struct {
+	cache *configstore.KeyCache
+	now   func() time.Time
+}
+
+func (k keyResolver) UserPath(ctx context.Context, secret string) (string, error) {
+	key, err := k.cache.Lookup(ctx, secret, k.now())
+	if errors.Is(err, configstore.ErrNotFound) {
+		return "", proxy.ErrUnknownKey
+	}
+	return key.UserPath, err
 }
 
 // Close releases what the app holds.

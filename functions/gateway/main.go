@@ -43,11 +43,15 @@ func main() {
 		return
 	}
 
-	// A local process is the whole stack: the reconciler runs in it too.
+	// A local process is the whole stack: the admin API is mounted and the
+	// reconciler runs in it too.
+	if err := a.BuildAdmin(); err != nil {
+		app.Exit(log, err)
+	}
 	go a.RunReconcilerLoop(ctx)
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Config.Settings.Port))
-	srv := &http.Server{Addr: addr, Handler: a.Gateway, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: a.LocalHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	log.Info("listening", "addr", "http://"+addr)

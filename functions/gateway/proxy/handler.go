@@ -6,6 +6,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -34,6 +35,9 @@ type Config struct {
 	MasterKey string
 	// Keys resolves managed keys; nil when there are none.
 	Keys Keys
+	// Refresh, when set, is called before each admission with the request's
+	// instant, to bring the rules up to date (see configstore.Watcher).
+	Refresh func(ctx context.Context, now time.Time)
 	// DefaultMaxTokens is the output reservation when a request sets no
 	// cap of its own.
 	DefaultMaxTokens int64
@@ -128,6 +132,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /v1/audio/translations", h.audio)
 	h.mux.HandleFunc("POST /v1/batches", h.batches)
 	h.mux.HandleFunc("GET /v1/models", h.models)
+	h.mux.HandleFunc("GET /v1/usage", h.usage)
 	h.mux.HandleFunc("/p/{provider}/{path...}", h.passthrough)
 	h.mux.HandleFunc("POST /v1beta/models/{target}", h.generate)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -53,6 +53,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			return
 		}
 	}
+	if h.cfg.Refresh != nil {
+		h.cfg.Refresh(r.Context(), h.cfg.Now())
+	}
 	reqID := h.cfg.NewID()
 	w.Header().Set("X-Request-Id", reqID)
 	if ex.header == nil {

@@ -1,0 +1,152 @@
+// Package adminapi is the admin function's HTTP API: rate-limit rules with
+// their live usage, counter resets, and managed API keys. Every call needs
+// the master key (Authorization: Bearer $TOLLGATE_MASTER_KEY).
+package adminapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/infra/configstore"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Store is what the admin API reads and changes.
+type Store interface {
+	Snapshot(ctx context.Context) (configstore.Snapshot, error)
+	PutRule(ctx context.Context, r configstore.Rule, from limiter.RuleKey, version int64) (configstore.Rule, error)
+	DeleteRule(ctx context.Context, key limiter.RuleKey, version int64) error
+	Regenerate(ctx context.Context, keys []limiter.RuleKey) error
+	PutKey(ctx context.Context, k configstore.Key) error
+	KeyByHash(ctx context.Context, hash string) (configstore.Key, error)
+	Keys(ctx context.Context) ([]configstore.Key, error)
+	RevokeKey(ctx context.Context, id string) (configstore.Key, error)
+}
+
+// Config configures a Handler.
+type Config struct {
+	Store Store
+	// ConfigRules are the rules of the file and the environment: listed,
+	// never changed through the API.
+	ConfigRules []limiter.Rule
+	// Limiter reads live usage; Watcher keeps its rules in step with the
+	// store, and is reloaded after each change.
+	Limiter   *limiter.Limiter
+	Watcher   *configstore.Watcher
+	MasterKey string
+	// DevMode accepts any key, for a local process without a master key.
+	DevMode bool
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Handler serves the admin API.
+type Handler struct {
+	cfg    Config
+	log    *slog.Logger
+	mux    *http.ServeMux
+	config map[limiter.RuleKey]limiter.Rule
+}
+
+// New returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Store == nil || cfg.Limiter == nil || cfg.Watcher == nil {
+		return nil, errors.New("adminapi: Store, Limiter and Watcher are required")
+	}
+	if cfg.MasterKey == "" && !cfg.DevMode {
+		return nil, errors.New("adminapi: a master key is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), config: map[limiter.RuleKey]limiter.Rule{}}
+	for _, r := range cfg.ConfigRules {
+		h.config[r.Key()] = r
+	}
+	h.mux.HandleFunc("GET /admin/rate-limits", h.listRules)
+	h.mux.HandleFunc("PUT /admin/rate-limits", h.putRule)
+	h.mux.HandleFunc("DELETE /admin/rate-limits", h.deleteRule)
+	h.mux.HandleFunc("POST /admin/rate-limits/reset-one", h.resetOne)
+	h.mux.HandleFunc("POST /admin/rate-limits/reset", h.resetAll)
+	h.mux.HandleFunc("POST /admin/keys", h.createKey)
+	h.mux.HandleFunc("GET /admin/keys", h.listKeys)
+	h.mux.HandleFunc("DELETE /admin/keys/{id}", h.revokeKey)
+	h.mux.HandleFunc("/admin/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "unknown admin route "+r.Method+" "+r.URL.Path, nil)
+	})
+	return h, nil
+}
+
+// ServeHTTP authenticates the master key, then routes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	secret, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch {
+	case h.cfg.DevMode:
+	case secret == "":
+		writeError(w, http.StatusUnauthorized, "authentication_error", "missing master key: send Authorization: Bearer $TOLLGATE_MASTER_KEY", nil)
+		return
+	case subtle.ConstantTimeCompare([]byte(secret), []byte(h.cfg.MasterKey)) == 1:
+	default:
+		if k, err := h.cfg.Store.KeyByHash(r.Context(), configstore.Hash(secret)); err == nil && k.Live(h.cfg.Now()) {
+			writeError(w, http.StatusForbidden, "permission_error", "managed keys cannot use the admin API; use the master key", nil)
+			return
+		}
+		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid master key", nil)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// fieldError is one bad field of a request.
+type fieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string, extra map[string]any) {
+	e := map[string]any{"type": typ, "message": msg}
+	for k, v := range extra {
+		e[k] = v
+	}
+	writeJSON(w, status, map[string]any{"error": e})
+}
+
+func invalid(w http.ResponseWriter, fields []fieldError) {
+	msgs := make([]string, len(fields))
+	for i, f := range fields {
+		msgs[i] = f.Field + ": " + f.Message
+	}
+	writeError(w, http.StatusBadRequest, "invalid_request_error", strings.Join(msgs, "; "), map[string]any{"fields": fields})
+}
+
+// decode reads a JSON body strictly (unknown fields are errors).
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		invalid(w, []fieldError{{Field: "body", Message: err.Error()}})
+		return false
+	}
+	return true
+}
+
+func (h *Handler) storeFailed(w http.ResponseWriter, err error) {
+	h.log.Error("admin store failed", "err", err)
+	writeError(w, http.StatusServiceUnavailable, "api_error", "the admin store cannot answer right now; try again", nil)
+}

@@ -1,0 +1,117 @@
+package adminapi
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/tollgate/tollgate/infra/configstore"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// keyView is a managed key as listed: never its secret or hash.
+type keyView struct {
+	ID        string     `json:"id"`
+	Prefix    string     `json:"prefix"`
+	Name      string     `json:"name"`
+	UserPath  string     `json:"user_path"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	Revoked   bool       `json:"revoked"`
+}
+
+func keyViewOf(k configstore.Key) keyView {
+	v := keyView{ID: k.ID, Prefix: k.Prefix, Name: k.Name, UserPath: k.UserPath, CreatedAt: k.CreatedAt, Revoked: k.Revoked}
+	if !k.ExpiresAt.IsZero() {
+		e := k.ExpiresAt
+		v.ExpiresAt = &e
+	}
+	return v
+}
+
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		UserPath  string     `json:"user_path"`
+		Name      string     `json:"name"`
+		ExpiresAt *time.Time `json:"expires_at"`
+		ExpiresIn string     `json:"expires_in"`
+	}
+	if !decode(w, r, &in) {
+		return
+	}
+	now := h.cfg.Now()
+	var errs []fieldError
+	if _, err := limiter.ParseUserPath(in.UserPath); err != nil {
+		errs = append(errs, fieldError{Field: "user_path", Message: err.Error()})
+	}
+	if len(in.Name) > 200 {
+		errs = append(errs, fieldError{Field: "name", Message: "at most 200 characters"})
+	}
+	var expires time.Time
+	switch {
+	case in.ExpiresAt != nil && in.ExpiresIn != "":
+		errs = append(errs, fieldError{Field: "expires_at", Message: "give expires_at or expires_in, not both"})
+	case in.ExpiresAt != nil:
+		expires = *in.ExpiresAt
+		if !expires.After(now) {
+			errs = append(errs, fieldError{Field: "expires_at", Message: "must be in the future"})
+		}
+	case in.ExpiresIn != "":
+		d, err := time.ParseDuration(in.ExpiresIn)
+		if err != nil || d <= 0 {
+			errs = append(errs, fieldError{Field: "expires_in", Message: "a positive Go duration, e.g. 720h"})
+		}
+		expires = now.Add(d)
+	}
+	if len(errs) > 0 {
+		invalid(w, errs)
+		return
+	}
+	secret := configstore.NewSecret()
+	hash := configstore.Hash(secret)
+	k := configstore.Key{
+		ID: configstore.KeyID(hash), Hash: hash, Prefix: secret[:9], Name: in.Name,
+		UserPath: in.UserPath, CreatedAt: now.UTC(), ExpiresAt: expires.UTC(),
+	}
+	if expires.IsZero() {
+		k.ExpiresAt = time.Time{}
+	}
+	if err := h.cfg.Store.PutKey(r.Context(), k); err != nil {
+		h.storeFailed(w, err)
+		return
+	}
+	h.log.Info("key created", "key_id", k.ID, "user_path", k.UserPath, "name", k.Name)
+	v := keyViewOf(k)
+	// The one response that carries the secret.
+	writeJSON(w, http.StatusCreated, struct {
+		keyView
+		Key string `json:"key"`
+	}{v, secret})
+}
+
+func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
+	keys, err := h.cfg.Store.Keys(r.Context())
+	if err != nil {
+		h.storeFailed(w, err)
+		return
+	}
+	out := make([]keyView, len(keys))
+	for i, k := range keys {
+		out[i] = keyViewOf(k)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+}
+
+func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
+	k, err := h.cfg.Store.RevokeKey(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, configstore.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", "no key with id "+r.PathValue("id"), nil)
+		return
+	case err != nil:
+		h.storeFailed(w, err)
+		return
+	}
+	h.log.Info("key revoked", "key_id", k.ID, "user_path", k.UserPath)
+	writeJSON(w, http.StatusOK, keyViewOf(k))
+}

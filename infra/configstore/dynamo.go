@@ -1,0 +1,400 @@
+package configstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/tollgate/tollgate/infra/awserr"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// API is the part of the DynamoDB client the store calls.
+type API interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// Dynamo keeps the admin's state in the config table: items ("rule", key),
+// ("gen", key), ("key", hash) and the version item ("meta", "version"),
+// which every change increments in the same transaction.
+type Dynamo struct {
+	api   API
+	table string
+	now   func() time.Time
+}
+
+// NewDynamo returns a store on the config table.
+func NewDynamo(api API, table string) *Dynamo {
+	return &Dynamo{api: api, table: table, now: time.Now}
+}
+
+const (
+	pkRule = "rule"
+	pkGen  = "gen"
+	pkKey  = "key"
+	pkMeta = "meta"
+)
+
+func sv(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func nv(v int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+func bv(v bool) types.AttributeValue   { return &types.AttributeValueMemberBOOL{Value: v} }
+
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": sv(pk), "sk": sv(sk)}
+}
+
+func getS(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func getN(item map[string]types.AttributeValue, name string) int64 {
+	if v, ok := item[name].(*types.AttributeValueMemberN); ok {
+		n, _ := strconv.ParseInt(v.Value, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func getB(item map[string]types.AttributeValue, name string) bool {
+	v, ok := item[name].(*types.AttributeValueMemberBOOL)
+	return ok && v.Value
+}
+
+func ruleItem(r Rule) map[string]types.AttributeValue {
+	item := key(pkRule, string(r.Key()))
+	item["scope"] = sv(r.Scope.String())
+	item["subject"] = sv(r.Subject)
+	item["period"] = nv(int64(r.Period / time.Second))
+	item["max_requests"] = nv(r.MaxRequests)
+	item["max_tokens"] = nv(r.MaxTokens)
+	item["max_input_tokens"] = nv(r.MaxInputTokens)
+	item["max_output_tokens"] = nv(r.MaxOutputTokens)
+	item["per_child"] = bv(r.PerChild)
+	item["shards"] = nv(int64(r.Shards))
+	item["version"] = nv(r.Version)
+	item["created_at"] = nv(r.CreatedAt.UnixMilli())
+	item["updated_at"] = nv(r.UpdatedAt.UnixMilli())
+	return item
+}
+
+func decodeRule(item map[string]types.AttributeValue) (Rule, error) {
+	scope, err := limiter.ParseScope(getS(item, "scope"))
+	if err != nil {
+		return Rule{}, err
+	}
+	return Rule{
+		Rule: limiter.Rule{
+			Scope:           scope,
+			Subject:         getS(item, "subject"),
+			Period:          time.Duration(getN(item, "period")) * time.Second,
+			MaxRequests:     getN(item, "max_requests"),
+			MaxTokens:       getN(item, "max_tokens"),
+			MaxInputTokens:  getN(item, "max_input_tokens"),
+			MaxOutputTokens: getN(item, "max_output_tokens"),
+			PerChild:        getB(item, "per_child"),
+			Shards:          int(getN(item, "shards")),
+			Source:          limiter.SourceManual,
+		},
+		Version:   getN(item, "version"),
+		CreatedAt: time.UnixMilli(getN(item, "created_at")).UTC(),
+		UpdatedAt: time.UnixMilli(getN(item, "updated_at")).UTC(),
+	}, nil
+}
+
+func (d *Dynamo) query(ctx context.Context, pk string) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	var start map[string]types.AttributeValue
+	for {
+		page, err := d.api.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(d.table),
+			KeyConditionExpression:    aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": sv(pk)},
+			ConsistentRead:            aws.Bool(true),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, awserr.Classify("query "+pk, err)
+		}
+		out = append(out, page.Items...)
+		if page.LastEvaluatedKey == nil {
+			return out, nil
+		}
+		start = page.LastEvaluatedKey
+	}
+}
+
+// Snapshot returns the rules, generations and version.
+func (d *Dynamo) Snapshot(ctx context.Context) (Snapshot, error) {
+	v, err := d.Version(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s := Snapshot{Version: v, Generations: map[limiter.RuleKey]string{}}
+	rules, err := d.query(ctx, pkRule)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	for _, item := range rules {
+		r, err := decodeRule(item)
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("rule %s: %w", getS(item, "sk"), err)
+		}
+		s.Rules = append(s.Rules, r)
+	}
+	gens, err := d.query(ctx, pkGen)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	for _, item := range gens {
+		s.Generations[limiter.RuleKey(getS(item, "sk"))] = getS(item, "g")
+	}
+	return s, nil
+}
+
+// Version returns the store's version: one strongly consistent read of a
+// small item, the gateway's cheap check for changes.
+func (d *Dynamo) Version(ctx context.Context) (int64, error) {
+	out, err := d.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(d.table), Key: key(pkMeta, "version"), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return 0, awserr.Classify("config version", err)
+	}
+	return getN(out.Item, "n"), nil
+}
+
+func (d *Dynamo) bump() types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(d.table),
+		Key:                       key(pkMeta, "version"),
+		UpdateExpression:          aws.String("ADD n :one"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": nv(1)},
+	}}
+}
+
+func (d *Dynamo) putGen(k limiter.RuleKey) types.TransactWriteItem {
+	item := key(pkGen, string(k))
+	item["g"] = sv(NewGeneration())
+	return types.TransactWriteItem{Put: &types.Put{TableName: aws.String(d.table), Item: item}}
+}
+
+func (d *Dynamo) transact(ctx context.Context, items []types.TransactWriteItem) error {
+	_, err := d.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	return err
+}
+
+// conditionFailedAt reports whether a cancelled transaction failed the
+// condition of item i.
+func conditionFailedAt(err error, i int) bool {
+	r := awserr.CancellationReasons(err)
+	return i < len(r) && r[i].Code != nil && *r[i].Code == "ConditionalCheckFailed"
+}
+
+func (d *Dynamo) current(ctx context.Context, k limiter.RuleKey) (Rule, error) {
+	out, err := d.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.table), Key: key(pkRule, string(k)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return Rule{}, awserr.Classify("get rule", err)
+	}
+	if out.Item == nil {
+		return Rule{}, ErrNotFound
+	}
+	return decodeRule(out.Item)
+}
+
+// conflict turns a lost condition into a ConflictError carrying the rule
+// as it is now (or ErrNotFound).
+func (d *Dynamo) conflict(ctx context.Context, k limiter.RuleKey) error {
+	cur, err := d.current(ctx, k)
+	if err != nil {
+		return err
+	}
+	return &ConflictError{Current: cur}
+}
+
+// PutRule creates r (version 0) or updates the rule at from to r, if it is
+// still at version. Moving a rule (a new key) gives it new counters.
+func (d *Dynamo) PutRule(ctx context.Context, r Rule, from limiter.RuleKey, version int64) (Rule, error) {
+	now := d.now()
+	k := r.Key()
+	notExists := aws.String("attribute_not_exists(pk)")
+	if version == 0 {
+		r.Version, r.CreatedAt, r.UpdatedAt = 1, now, now
+		err := d.transact(ctx, []types.TransactWriteItem{
+			{Put: &types.Put{TableName: aws.String(d.table), Item: ruleItem(r), ConditionExpression: notExists}},
+			d.putGen(k), d.bump(),
+		})
+		if conditionFailedAt(err, 0) {
+			return Rule{}, d.conflict(ctx, k)
+		}
+		return r, awserr.Classify("create rule", err)
+	}
+	cur, err := d.current(ctx, from)
+	if err != nil {
+		return Rule{}, err
+	}
+	if cur.Version != version {
+		return Rule{}, &ConflictError{Current: cur}
+	}
+	r.Version, r.CreatedAt, r.UpdatedAt = version+1, cur.CreatedAt, now
+	atVersion := &types.Put{
+		TableName: aws.String(d.table), Item: ruleItem(r),
+		ConditionExpression:       aws.String("version = :v"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": nv(version)},
+	}
+	if k == from {
+		err = d.transact(ctx, []types.TransactWriteItem{{Put: atVersion}, d.bump()})
+		if conditionFailedAt(err, 0) {
+			return Rule{}, d.conflict(ctx, k)
+		}
+		return r, awserr.Classify("update rule", err)
+	}
+	err = d.transact(ctx, []types.TransactWriteItem{
+		{Delete: &types.Delete{TableName: aws.String(d.table), Key: key(pkRule, string(from)),
+			ConditionExpression:       aws.String("version = :v"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":v": nv(version)}}},
+		{Put: &types.Put{TableName: aws.String(d.table), Item: ruleItem(r), ConditionExpression: notExists}},
+		d.putGen(k), d.bump(),
+	})
+	switch {
+	case conditionFailedAt(err, 0):
+		return Rule{}, d.conflict(ctx, from)
+	case conditionFailedAt(err, 1):
+		return Rule{}, d.conflict(ctx, k)
+	}
+	return r, awserr.Classify("move rule", err)
+}
+
+// DeleteRule deletes a rule, if at version (0: any).
+func (d *Dynamo) DeleteRule(ctx context.Context, k limiter.RuleKey, version int64) error {
+	del := &types.Delete{TableName: aws.String(d.table), Key: key(pkRule, string(k)), ConditionExpression: aws.String("attribute_exists(pk)")}
+	if version != 0 {
+		del.ConditionExpression = aws.String("version = :v")
+		del.ExpressionAttributeValues = map[string]types.AttributeValue{":v": nv(version)}
+	}
+	err := d.transact(ctx, []types.TransactWriteItem{{Delete: del}, d.bump()})
+	if conditionFailedAt(err, 0) {
+		return d.conflict(ctx, k)
+	}
+	return awserr.Classify("delete rule", err)
+}
+
+// Regenerate starts new counters for the rules with the given keys.
+func (d *Dynamo) Regenerate(ctx context.Context, keys []limiter.RuleKey) error {
+	for len(keys) > 0 {
+		n := min(len(keys), 99)
+		items := []types.TransactWriteItem{d.bump()}
+		for _, k := range keys[:n] {
+			items = append(items, d.putGen(k))
+		}
+		if err := d.transact(ctx, items); err != nil {
+			return awserr.Classify("reset counters", err)
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+func keyItem(k Key) map[string]types.AttributeValue {
+	item := key(pkKey, k.Hash)
+	item["id"] = sv(k.ID)
+	item["prefix"] = sv(k.Prefix)
+	item["name"] = sv(k.Name)
+	item["user_path"] = sv(k.UserPath)
+	item["created_at"] = nv(k.CreatedAt.UnixMilli())
+	item["revoked"] = bv(k.Revoked)
+	if !k.ExpiresAt.IsZero() {
+		item["expires_at"] = nv(k.ExpiresAt.UnixMilli())
+	}
+	return item
+}
+
+func decodeKey(item map[string]types.AttributeValue) Key {
+	k := Key{
+		ID: getS(item, "id"), Hash: getS(item, "sk"), Prefix: getS(item, "prefix"), Name: getS(item, "name"),
+		UserPath: getS(item, "user_path"), CreatedAt: time.UnixMilli(getN(item, "created_at")).UTC(), Revoked: getB(item, "revoked"),
+	}
+	if ms := getN(item, "expires_at"); ms > 0 {
+		k.ExpiresAt = time.UnixMilli(ms).UTC()
+	}
+	return k
+}
+
+// PutKey stores a new key.
+func (d *Dynamo) PutKey(ctx context.Context, k Key) error {
+	_, err := d.api.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(d.table), Item: keyItem(k), ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	})
+	if awserr.IsConditionFailed(err) {
+		return ErrExists
+	}
+	return awserr.Classify("create key", err)
+}
+
+// KeyByHash returns the key with that hash.
+func (d *Dynamo) KeyByHash(ctx context.Context, hash string) (Key, error) {
+	out, err := d.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.table), Key: key(pkKey, hash), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return Key{}, awserr.Classify("get key", err)
+	}
+	if out.Item == nil {
+		return Key{}, ErrNotFound
+	}
+	return decodeKey(out.Item), nil
+}
+
+// Keys lists the keys.
+func (d *Dynamo) Keys(ctx context.Context) ([]Key, error) {
+	items, err := d.query(ctx, pkKey)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Key, len(items))
+	for i, item := range items {
+		out[i] = decodeKey(item)
+	}
+	return out, nil
+}
+
+// RevokeKey revokes the key with that id.
+func (d *Dynamo) RevokeKey(ctx context.Context, id string) (Key, error) {
+	prefix, ok := strings.CutPrefix(id, "key_")
+	if !ok || len(prefix) != 16 {
+		return Key{}, ErrNotFound
+	}
+	page, err := d.api.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(d.table),
+		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :h)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": sv(pkKey), ":h": sv(prefix)},
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		return Key{}, awserr.Classify("find key", err)
+	}
+	if len(page.Items) == 0 {
+		return Key{}, ErrNotFound
+	}
+	k := decodeKey(page.Items[0])
+	_, err = d.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(d.table), Key: key(pkKey, k.Hash),
+		UpdateExpression:          aws.String("SET revoked = :t"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": bv(true)},
+	})
+	if err != nil {
+		return Key{}, awserr.Classify("revoke key", err)
+	}
+	k.Revoked = true
+	return k, nil
+}

@@ -1,0 +1,193 @@
+package configstore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Source is what a gateway reads of a store: Memory and Dynamo are both.
+type Source interface {
+	Version(ctx context.Context) (int64, error)
+	Snapshot(ctx context.Context) (Snapshot, error)
+	KeyByHash(ctx context.Context, hash string) (Key, error)
+}
+
+var (
+	_ Source = (*Memory)(nil)
+	_ Source = (*Dynamo)(nil)
+)
+
+// Watcher keeps a limiter's rules in step with the store: the config rules
+// plus the manual ones, each with its counters' generation. A request
+// calls Refresh; at most once per Interval one of them reads the store's
+// version (one small consistent read) and, when it changed, the snapshot.
+// A change written through the admin API is therefore enforced by every
+// gateway instance within Interval of the write. Being driven by requests,
+// not by a timer, it holds in Lambda too, where a frozen environment runs
+// no timers.
+type Watcher struct {
+	src      Source
+	config   []limiter.Rule
+	limiter  *limiter.Limiter
+	interval time.Duration
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	checking bool
+	checked  time.Time
+	version  int64
+	loaded   bool
+}
+
+// DefaultInterval is how stale a gateway's rules may be.
+const DefaultInterval = 2 * time.Second
+
+// NewWatcher returns a Watcher. config are the rules of the file and the
+// environment, which the admin API cannot change.
+func NewWatcher(src Source, config []limiter.Rule, l *limiter.Limiter, interval time.Duration, log *slog.Logger) *Watcher {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Watcher{src: src, config: config, limiter: l, interval: interval, log: log}
+}
+
+// Refresh brings the rules up to date if Interval has passed since the last
+// look. Requests that arrive while another looks go on with the rules in
+// force. A failure keeps the rules in force and is retried next interval.
+func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
+	w.mu.Lock()
+	if w.checking || (w.loaded && now.Sub(w.checked) < w.interval && !now.Before(w.checked)) {
+		w.mu.Unlock()
+		return
+	}
+	w.checking = true
+	w.mu.Unlock()
+	err := w.refresh(ctx)
+	w.mu.Lock()
+	w.checking = false
+	w.checked = now
+	w.mu.Unlock()
+	if err != nil {
+		w.log.Error("could not refresh the rules; keeping those in force", "err", err)
+	}
+}
+
+// Load reads the rules now, whatever the interval.
+func (w *Watcher) Load(ctx context.Context) error {
+	w.mu.Lock()
+	w.loaded = false
+	w.mu.Unlock()
+	return w.refresh(ctx)
+}
+
+func (w *Watcher) refresh(ctx context.Context) error {
+	v, err := w.src.Version(ctx)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	same := w.loaded && v == w.version
+	w.mu.Unlock()
+	if same {
+		return nil
+	}
+	snap, err := w.src.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	rs, err := limiter.NewRules(Merge(w.config, snap))
+	if err != nil {
+		return err
+	}
+	w.limiter.SetRules(rs)
+	w.mu.Lock()
+	w.version, w.loaded = snap.Version, true
+	w.mu.Unlock()
+	w.log.Info("rules loaded", "version", snap.Version, "rules", rs.Len(), "manual", len(snap.Rules))
+	return nil
+}
+
+// Merge builds the rule set in force: config rules, then manual ones, each
+// with its generation. A manual rule that shadows a config rule is left
+// out (the admin API refuses to create one).
+func Merge(config []limiter.Rule, snap Snapshot) []limiter.Rule {
+	out := make([]limiter.Rule, 0, len(config)+len(snap.Rules))
+	seen := map[limiter.RuleKey]bool{}
+	for _, r := range config {
+		r.Generation = snap.Generations[r.Key()]
+		seen[r.Key()] = true
+		out = append(out, r)
+	}
+	for _, m := range snap.Rules {
+		r := m.Rule
+		if seen[r.Key()] {
+			continue
+		}
+		r.Generation = snap.Generations[r.Key()]
+		out = append(out, r)
+	}
+	return out
+}
+
+// KeyCache resolves managed keys with a short cache, of hits and misses
+// alike, so a gateway does not read the store on every request and a
+// revoked key is refused everywhere within TTL.
+type KeyCache struct {
+	src Source
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[string]cached
+}
+
+type cached struct {
+	key Key
+	err error
+	at  time.Time
+}
+
+// DefaultKeyTTL bounds how long a revoked key may still be accepted.
+const DefaultKeyTTL = 5 * time.Second
+
+// NewKeyCache returns a KeyCache.
+func NewKeyCache(src Source, ttl time.Duration) *KeyCache {
+	if ttl <= 0 {
+		ttl = DefaultKeyTTL
+	}
+	return &KeyCache{src: src, ttl: ttl, m: map[string]cached{}}
+}
+
+// Lookup returns the live key with this secret at now, or ErrNotFound.
+func (c *KeyCache) Lookup(ctx context.Context, secret string, now time.Time) (Key, error) {
+	h := Hash(secret)
+	c.mu.Lock()
+	e, ok := c.m[h]
+	c.mu.Unlock()
+	if !ok || now.Sub(e.at) >= c.ttl || now.Before(e.at) {
+		k, err := c.src.KeyByHash(ctx, h)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return Key{}, err // the store failed: do not cache
+		}
+		e = cached{key: k, err: err, at: now}
+		c.mu.Lock()
+		if len(c.m) > 10000 {
+			clear(c.m)
+		}
+		c.m[h] = e
+		c.mu.Unlock()
+	}
+	if e.err != nil {
+		return Key{}, e.err
+	}
+	if !e.key.Live(now) {
+		return Key{}, ErrNotFound
+	}
+	return e.key, nil
+}

@@ -1,0 +1,383 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/functions/app"
+	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/infra/configstore"
+	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
+)
+
+const master = "sk-tollgate-master-admin-test"
+
+// instance is one deployed environment of the stack (a gateway and an
+// admin function sharing the DynamoDB tables), with its own clock.
+type instance struct {
+	app   *app.App
+	srv   *httptest.Server
+	logs  *bytes.Buffer
+	clock *fakeClock
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newInstance(t *testing.T, prefix string, start time.Time, env config.Env) *instance {
+	t.Helper()
+	e := config.Env{
+		"TOLLGATE_STORE": "dynamodb", "TOLLGATE_TABLE_PREFIX": prefix, "TOLLGATE_MASTER_KEY": master, "TOLLGATE_CONFIG": "",
+	}
+	for k, v := range env {
+		e[k] = v
+	}
+	var logs bytes.Buffer
+	a, err := app.New(context.Background(), e, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{app: a, logs: &logs, clock: &fakeClock{t: start}}
+	a.Clock = in.clock.Now
+	if err := a.BuildGateway(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.BuildAdmin(); err != nil {
+		t.Fatal(err)
+	}
+	in.srv = httptest.NewServer(a.LocalHandler())
+	t.Cleanup(in.srv.Close)
+	return in
+}
+
+// call makes one request; it returns the status and body.
+func (in *instance) call(t *testing.T, method, path, key, body string, hdr ...string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, in.srv.URL+path, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (in *instance) chat(t *testing.T, key string, hdr ...string) int {
+	t.Helper()
+	status, _ := in.call(t, "POST", "/v1/chat/completions", key,
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`, hdr...)
+	return status
+}
+
+type ruleDoc struct {
+	Key         string `json:"key"`
+	Source      string `json:"source"`
+	Version     int64  `json:"version"`
+	MaxRequests int64  `json:"max_requests"`
+	Usage       *struct {
+		Requests *struct {
+			Used, Remaining, Limit int64
+		} `json:"requests"`
+		InFlight *struct {
+			Used int64
+		} `json:"in_flight"`
+	} `json:"usage"`
+}
+
+func listRules(t *testing.T, in *instance) map[string]ruleDoc {
+	t.Helper()
+	status, body := in.call(t, "GET", "/admin/rate-limits", master, "")
+	if status != 200 {
+		t.Fatalf("list: %d %s", status, body)
+	}
+	var out struct {
+		RateLimits []ruleDoc `json:"rate_limits"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]ruleDoc{}
+	for _, r := range out.RateLimits {
+		m[r.Key] = r
+	}
+	return m
+}
+
+func TestAdminAPI(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	t0 := time.Now().Truncate(time.Hour)
+	env := config.Env{"SET_RATE_LIMIT_CONFIGURED": "rpm=50"}
+	a := newInstance(t, prefix, t0, env)
+
+	// Authentication.
+	if s, _ := a.call(t, "GET", "/admin/rate-limits", "", ""); s != 401 {
+		t.Fatalf("no key: %d", s)
+	}
+	if s, _ := a.call(t, "GET", "/admin/rate-limits", "wrong", ""); s != 401 {
+		t.Fatalf("wrong key: %d", s)
+	}
+
+	// Create, read with live usage, update limits (counters kept), move
+	// (counters restart), delete.
+	s, body := a.call(t, "PUT", "/admin/rate-limits", master,
+		`{"user_path":"/team/alpha","limit_key":{"period":"minute"},"max_requests":100,"max_tokens":50000}`)
+	if s != 201 || !strings.Contains(string(body), `"version":1`) {
+		t.Fatalf("create: %d %s", s, body)
+	}
+	if s := a.chat(t, master, "X-Tollgate-User-Path", "/team/alpha/app"); s != 200 {
+		t.Fatalf("chat: %d", s)
+	}
+	r := listRules(t, a)["user_path:/team/alpha:60"]
+	if r.Source != "manual" || r.Usage == nil || r.Usage.Requests.Used != 1 || r.Usage.Requests.Remaining != 99 {
+		t.Fatalf("listed %+v", r)
+	}
+	if c := listRules(t, a)["user_path:/configured:60"]; c.Source != "config" {
+		t.Fatalf("config rule listed as %+v", c)
+	}
+	s, body = a.call(t, "PUT", "/admin/rate-limits", master,
+		`{"user_path":"/team/alpha","limit_key":{"period":"minute"},"max_requests":10,"version":1}`)
+	if s != 200 || !strings.Contains(string(body), `"version":2`) {
+		t.Fatalf("update: %d %s", s, body)
+	}
+	if r := listRules(t, a)["user_path:/team/alpha:60"]; r.MaxRequests != 10 || r.Usage.Requests.Used != 1 {
+		t.Fatalf("limits edit must keep counters: %+v", r)
+	}
+	s, body = a.call(t, "PUT", "/admin/rate-limits", master,
+		`{"user_path":"/team/alpha","limit_key":{"period":"hour"},"max_requests":10,"version":2,"from":{"user_path":"/team/alpha","limit_key":{"period":"minute"}}}`)
+	if s != 200 {
+		t.Fatalf("move: %d %s", s, body)
+	}
+	rules := listRules(t, a)
+	if _, old := rules["user_path:/team/alpha:60"]; old {
+		t.Fatal("the moved rule is still at its old key")
+	}
+	if r := rules["user_path:/team/alpha:3600"]; r.Usage == nil || r.Usage.Requests.Used != 0 {
+		t.Fatalf("a moved rule's counters restart: %+v", r)
+	}
+	// Reset one rule, then everything.
+	if s := a.chat(t, master, "X-Tollgate-User-Path", "/team/alpha"); s != 200 {
+		t.Fatal(s)
+	}
+	if s, body := a.call(t, "POST", "/admin/rate-limits/reset-one", master, `{"scope":"user_path","subject":"/team/alpha","period":"hour"}`); s != 200 {
+		t.Fatalf("reset-one: %d %s", s, body)
+	}
+	if r := listRules(t, a)["user_path:/team/alpha:3600"]; r.Usage.Requests.Used != 0 {
+		t.Fatalf("reset-one left %d", r.Usage.Requests.Used)
+	}
+	if s, _ := a.call(t, "POST", "/admin/rate-limits/reset", master, `{"confirmation":"yes"}`); s != 400 {
+		t.Fatalf("reset without the confirmation: %d", s)
+	}
+	if s, _ := a.call(t, "POST", "/admin/rate-limits/reset", master, `{"confirmation":"reset"}`); s != 200 {
+		t.Fatalf("reset: %d", s)
+	}
+	if s, _ := a.call(t, "DELETE", "/admin/rate-limits", master, `{"user_path":"/team/alpha","limit_key":{"period":"hour"}}`); s != 200 {
+		t.Fatalf("delete: %d", s)
+	}
+	if s, _ := a.call(t, "DELETE", "/admin/rate-limits", master, `{"user_path":"/team/alpha","limit_key":{"period":"hour"}}`); s != 404 {
+		t.Fatalf("delete twice: %d", s)
+	}
+	if s, _ := a.call(t, "POST", "/admin/rate-limits/reset-one", master, `{"user_path":"/nope","period":"minute"}`); s != 404 {
+		t.Fatalf("reset-one of nothing: %d", s)
+	}
+
+	// Config rules are read-only through the API.
+	for _, c := range []struct{ method, path, body string }{
+		{"PUT", "/admin/rate-limits", `{"user_path":"/configured","limit_key":{"period":"minute"},"max_requests":1}`},
+		{"DELETE", "/admin/rate-limits", `{"user_path":"/configured","limit_key":{"period":"minute"}}`},
+	} {
+		if s, body := a.call(t, c.method, c.path, master, c.body); s != 409 || !strings.Contains(string(body), "read-only") {
+			t.Fatalf("%s a config rule: %d %s", c.method, s, body)
+		}
+	}
+
+	// Invalid input lists every bad field.
+	s, body = a.call(t, "PUT", "/admin/rate-limits", master, `{"scope":"planet","limit_key":{"period":"fortnight"},"max_requests":-1}`)
+	var e struct {
+		Error struct {
+			Fields []struct{ Field, Message string } `json:"fields"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(body, &e)
+	if s != 400 || len(e.Error.Fields) < 3 {
+		t.Fatalf("invalid rule: %d %s", s, body)
+	}
+	if s, body := a.call(t, "PUT", "/admin/rate-limits", master, `{"user_path":"/x","limit_key":{"period":"minute"},"max_requests":1,"colour":"red"}`); s != 400 || !strings.Contains(string(body), "colour") {
+		t.Fatalf("unknown field: %d %s", s, body)
+	}
+	if s, _ := a.call(t, "GET", "/admin/nothing", master, ""); s != 404 {
+		t.Fatalf("unknown admin route: %d", s)
+	}
+}
+
+// Two concurrent edits of one rule: exactly one wins, the other gets 409
+// with the current version.
+func TestAdminConcurrentEdits(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	a := newInstance(t, prefix, time.Now(), nil)
+	b := newInstance(t, prefix, time.Now(), nil)
+	if s, body := a.call(t, "PUT", "/admin/rate-limits", master, `{"scope":"provider","subject":"openai","limit_key":{"period":"minute"},"max_requests":500}`); s != 201 {
+		t.Fatalf("create %d %s", s, body)
+	}
+	for round := range 5 {
+		version := listRules(t, a)["provider:openai:60"].Version
+		var wg sync.WaitGroup
+		statuses := make([]int, 2)
+		bodies := make([][]byte, 2)
+		for i, in := range []*instance{a, b} {
+			wg.Go(func() {
+				statuses[i], bodies[i] = in.call(t, "PUT", "/admin/rate-limits", master,
+					`{"scope":"provider","subject":"openai","limit_key":{"period":"minute"},"max_requests":`+
+						[]string{"400", "600"}[i]+`,"version":`+itoa(version)+`}`)
+			})
+		}
+		wg.Wait()
+		won, lost := 0, 0
+		for i, s := range statuses {
+			switch s {
+			case 200:
+				won++
+			case 409:
+				lost++
+				if !strings.Contains(string(bodies[i]), `"version":`+itoa(version+1)) {
+					t.Fatalf("409 without the current version: %s", bodies[i])
+				}
+			default:
+				t.Fatalf("round %d: status %d %s", round, s, bodies[i])
+			}
+		}
+		if won != 1 || lost != 1 {
+			t.Fatalf("round %d: %d won, %d lost; want exactly one of each", round, won, lost)
+		}
+	}
+}
+
+// A limit change made through one instance is enforced by another within
+// the watcher's interval; a key revoked on one is refused by another
+// within the key cache's TTL. The second instance's clock is stepped, not
+// slept.
+func TestAdminChangesReachOtherInstances(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	t0 := time.Now().Truncate(time.Minute).Add(time.Second)
+	a := newInstance(t, prefix, t0, nil)
+	b := newInstance(t, prefix, t0, nil)
+
+	if s, _ := a.call(t, "PUT", "/admin/rate-limits", master, `{"user_path":"/team","limit_key":{"period":"minute"},"max_requests":100}`); s != 201 {
+		t.Fatal(s)
+	}
+	b.clock.Add(configstore.DefaultInterval) // b looks at the store again
+	if s := b.chat(t, master, "X-Tollgate-User-Path", "/team"); s != 200 {
+		t.Fatal(s)
+	}
+	// Tighten to 1 a minute through a: b's window already holds 1.
+	if s, _ := a.call(t, "PUT", "/admin/rate-limits", master, `{"user_path":"/team","limit_key":{"period":"minute"},"max_requests":1}`); s != 200 {
+		t.Fatal(s)
+	}
+	b.clock.Add(configstore.DefaultInterval / 2)
+	if s := b.chat(t, master, "X-Tollgate-User-Path", "/team"); s != 200 {
+		t.Fatalf("inside the interval b still enforces the old limit; got %d", s)
+	}
+	b.clock.Add(configstore.DefaultInterval / 2)
+	if s := b.chat(t, master, "X-Tollgate-User-Path", "/team"); s != 429 {
+		t.Fatalf("after the interval b must enforce the new limit; got %d", s)
+	}
+
+	// Keys: created on a, used on b, revoked on a.
+	s, body := a.call(t, "POST", "/admin/keys", master, `{"user_path":"/customers/acme","name":"ci"}`)
+	if s != 201 {
+		t.Fatalf("create key: %d %s", s, body)
+	}
+	var created struct{ ID, Key string }
+	_ = json.Unmarshal(body, &created)
+	if !strings.HasPrefix(created.Key, "tg-") || created.ID == "" {
+		t.Fatalf("created %s", body)
+	}
+	if s := b.chat(t, created.Key); s != 200 {
+		t.Fatalf("managed key on b: %d", s)
+	}
+	if s := b.chat(t, created.Key, "X-Tollgate-User-Path", "/customers/acme/app"); s != 200 {
+		t.Fatalf("narrowing below the key's path: %d", s)
+	}
+	if s := b.chat(t, created.Key, "X-Tollgate-User-Path", "/customers/other"); s != 403 {
+		t.Fatalf("a path outside the key's: %d, want 403", s)
+	}
+	if s, _ := a.call(t, "GET", "/admin/rate-limits", created.Key, ""); s != 403 {
+		t.Fatalf("managed key on the admin API: %d, want 403", s)
+	}
+	status, usage := b.call(t, "GET", "/v1/usage", created.Key, "")
+	if status != 200 || !strings.Contains(string(usage), `"user_path":"/customers/acme"`) {
+		t.Fatalf("usage %d %s", status, usage)
+	}
+	if s, _ := a.call(t, "DELETE", "/admin/keys/"+created.ID, master, ""); s != 200 {
+		t.Fatal(s)
+	}
+	if s := a.chat(t, created.Key); s != 401 {
+		t.Fatalf("revoked key on a (its cache just refreshed): %d", s)
+	}
+	b.clock.Add(configstore.DefaultKeyTTL - time.Second)
+	if s := b.chat(t, created.Key); s != 200 {
+		t.Fatalf("within the cache TTL b may still accept: %d", s)
+	}
+	b.clock.Add(time.Second)
+	if s := b.chat(t, created.Key); s != 401 {
+		t.Fatalf("after the TTL b must refuse the revoked key: %d", s)
+	}
+	if s, _ := a.call(t, "DELETE", "/admin/keys/key_0000000000000000", master, ""); s != 404 {
+		t.Fatalf("revoke unknown: %d", s)
+	}
+	if s, body := a.call(t, "POST", "/admin/keys", master, `{"user_path":"team//x","expires_in":"soon"}`); s != 400 ||
+		!strings.Contains(string(body), "user_path") || !strings.Contains(string(body), "expires_in") {
+		t.Fatalf("bad key request: %d %s", s, body)
+	}
+
+	// The secret appears in no log line and in no response but the one
+	// that created it (nor does its hash).
+	_, list := a.call(t, "GET", "/admin/keys", master, "")
+	hash := configstore.Hash(created.Key)
+	for what, text := range map[string]string{"a's logs": a.logs.String(), "b's logs": b.logs.String(), "key list": string(list)} {
+		if strings.Contains(text, created.Key) || strings.Contains(text, hash) || strings.Contains(text, created.Key[9:]) {
+			t.Fatalf("the secret leaked into %s", what)
+		}
+	}
+	if !strings.Contains(string(list), created.ID) {
+		t.Fatalf("key list %s", list)
+	}
+}
+
+func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
