@@ -46,8 +46,10 @@ const (
 )
 
 func sv(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func nv(v int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
-func bv(v bool) types.AttributeValue   { return &types.AttributeValueMemberBOOL{Value: v} }
+func nv(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+func bv(v bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: v} }
 
 func key(pk, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": sv(pk), "sk": sv(sk)}
