@@ -181,6 +181,11 @@ func (a *App) BuildGateway() error {
 		FailOpen:         s.StoreFailure == "open",
 		Logger:           a.Log,
 		Now:              a.Clock,
+		MaxWait:          a.Config.Gateway.MaxWait,
+		ClampFloor:       a.Config.Gateway.ClampFloor,
+	}
+	if c, ok := a.Store.(proxy.Cooldowns); ok {
+		pc.Cooldowns = c
 	}
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh

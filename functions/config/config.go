@@ -65,6 +65,13 @@ type Gateway struct {
 	MaxBodyBytes int64
 	// LeaseTTL bounds how long a request whose process died holds its slot.
 	LeaseTTL time.Duration
+	// MaxWait, by route, lets a short Retry-After be waited out once
+	// instead of answered with 429 (gateway.max_wait; off by default).
+	MaxWait map[string]time.Duration
+	// ClampFloor lets a request refused for its token reservation go with
+	// a lower output cap of at least this many tokens
+	// (gateway.clamp_max_tokens_floor; 0 = off).
+	ClampFloor int64
 }
 
 // Env is the process environment as a map.
@@ -189,10 +196,15 @@ type limitSpec struct {
 }
 
 type gatewaySpec struct {
-	DefaultMaxTokens *int64 `yaml:"default_max_tokens"`
-	MaxBodyBytes     *int64 `yaml:"max_body_bytes"`
-	LeaseTTL         string `yaml:"lease_ttl"`
+	DefaultMaxTokens *int64            `yaml:"default_max_tokens"`
+	MaxBodyBytes     *int64            `yaml:"max_body_bytes"`
+	LeaseTTL         string            `yaml:"lease_ttl"`
+	MaxWait          map[string]string `yaml:"max_wait"`
+	ClampFloor       int64             `yaml:"clamp_max_tokens_floor"`
 }
+
+// routes that may wait out a short Retry-After.
+var waitRoutes = map[string]bool{"chat": true, "responses": true, "embeddings": true, "messages": true, "generate": true, "audio": true}
 
 func (cfg *Config) loadFile(path string, data []byte) error {
 	var f file
@@ -272,6 +284,24 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			}
 			cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
 		}
+		for route, v := range g.MaxWait {
+			d, err := time.ParseDuration(v)
+			switch {
+			case !waitRoutes[route]:
+				errs = append(errs, fmt.Errorf("%s: unknown route %q (want chat, responses, embeddings, messages, generate or audio)", at("gateway", "max_wait"), route))
+			case err != nil || d < 0 || d > time.Minute:
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration between 0s and 1m", at("gateway", "max_wait", route), v))
+			default:
+				if cfg.Gateway.MaxWait == nil {
+					cfg.Gateway.MaxWait = map[string]time.Duration{}
+				}
+				cfg.Gateway.MaxWait[route] = d
+			}
+		}
+		if g.ClampFloor < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative", at("gateway", "clamp_max_tokens_floor")))
+		}
+		cfg.Gateway.ClampFloor = g.ClampFloor
 		if g.LeaseTTL != "" {
 			d, err := time.ParseDuration(g.LeaseTTL)
 			if err != nil || d < time.Second {

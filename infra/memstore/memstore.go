@@ -35,6 +35,8 @@ type Store struct {
 	events   []Event
 	first    uint64 // sequence number of events[0]
 	swept    time.Time
+
+	cooldowns map[string]time.Time
 }
 
 type cell struct {
@@ -331,4 +333,30 @@ func (h *leaseHeap) Pop() any {
 	l.index = -1
 	*h = old[:len(old)-1]
 	return l
+}
+
+// CooldownUntil returns, for each key, until when it cools down.
+func (s *Store) CooldownUntil(_ context.Context, keys []string) (map[string]time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, k := range keys {
+		if t, ok := s.cooldowns[k]; ok {
+			out[k] = t
+		}
+	}
+	return out, nil
+}
+
+// SetCooldown extends a key's cooldown to until.
+func (s *Store) SetCooldown(_ context.Context, key string, until time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cooldowns == nil {
+		s.cooldowns = map[string]time.Time{}
+	}
+	if until.After(s.cooldowns[key]) {
+		s.cooldowns[key] = until
+	}
+	return nil
 }

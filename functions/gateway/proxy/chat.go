@@ -132,6 +132,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		inputTokens: in,
 		caller:      caller,
 		header:      r.Header,
+		capField:    capField,
 	})
 }
 

@@ -38,6 +38,25 @@ type Config struct {
 	// Refresh, when set, is called before each admission with the request's
 	// instant, to bring the rules up to date (see configstore.Watcher).
 	Refresh func(ctx context.Context, now time.Time)
+	// Cooldowns, when set, shares upstream cooldowns across instances;
+	// CooldownCache is how long this instance trusts what it read (1 s);
+	// DefaultCooldown is the cooldown of a 429 that says nothing of when to
+	// come back (2 s).
+	Cooldowns       Cooldowns
+	CooldownCache   time.Duration
+	DefaultCooldown time.Duration
+	// MaxWait, by route ("chat", "messages", "responses", …), lets a
+	// refusal whose Retry-After is at most that long be answered by waiting
+	// it out and trying once more, when the request's deadline leaves time.
+	// Off by default.
+	MaxWait map[string]time.Duration
+	// ClampFloor, when positive, lets a request refused for its token
+	// reservation go with its output cap lowered to what the budget leaves,
+	// if that is at least ClampFloor (announced in
+	// X-Tollgate-Max-Tokens-Clamped). Off by default.
+	ClampFloor int64
+	// Sleep waits d or until ctx ends; nil uses a timer (tests step a clock).
+	Sleep func(ctx context.Context, d time.Duration) error
 	// DefaultMaxTokens is the output reservation when a request sets no
 	// cap of its own.
 	DefaultMaxTokens int64
@@ -67,6 +86,7 @@ type Handler struct {
 	// failOpenAdmits counts requests admitted unchecked because the store
 	// failed and the failure mode is open.
 	failOpenAdmits atomic.Int64
+	cool           cooldownCache
 }
 
 // FailOpenAdmits returns how many requests were admitted without a limit
@@ -102,9 +122,29 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = mrand.Float64
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	if cfg.CooldownCache <= 0 {
+		cfg.CooldownCache = time.Second
+	}
+	if cfg.DefaultCooldown <= 0 {
+		cfg.DefaultCooldown = 2 * time.Second
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cool: cooldownCache{m: map[string]cooldownEntry{}}}
 	h.routes()
 	return h, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func randomID() string {

@@ -28,6 +28,10 @@ type exchange struct {
 	userPathOnly bool
 	// noOutput reserves no output tokens (embeddings, audio).
 	noOutput bool
+	// reserveOut is the output reservation, set by serve.
+	reserveOut int64
+	// capField is the body field that carries the client's output cap.
+	capField string
 
 	// For audio and passthrough calls.
 	method, path, query string
@@ -39,8 +43,11 @@ type exchange struct {
 
 // serve admits ex for the first target of its model with capacity,
 // forwards it, and records its usage. Targets whose provider or model rule
-// is exhausted are skipped without being called; a user-path rule refuses
-// outright, since no other target can help.
+// is exhausted, or that the provider asked to wait (a cooldown), are
+// skipped without being called; a user-path rule refuses outright, since
+// no other target can help. A refusal may then be answered by waiting a
+// short Retry-After once, or by clamping max_tokens, when the route is
+// configured for it.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	var route providers.Route
 	if ex.route != nil {
@@ -61,33 +68,114 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	if ex.header == nil {
 		ex.header = r.Header
 	}
-	reserveOut := ex.maxTokens
-	if reserveOut <= 0 {
-		reserveOut = h.cfg.DefaultMaxTokens
+	ex.reserveOut = ex.maxTokens
+	if ex.reserveOut <= 0 {
+		ex.reserveOut = h.cfg.DefaultMaxTokens
 	}
 	if ex.userPathOnly || ex.noOutput || ex.op == providers.OpEmbeddings {
-		reserveOut = 0
+		ex.reserveOut = 0
 	}
+	waited, clamped := false, false
+	for attempt := 0; ; attempt++ {
+		out := h.attempt(w, r, ex, route, reqID, attempt)
+		if out.done {
+			return
+		}
+		if out.skip == nil {
+			if out.failed != nil {
+				h.relayFailure(w, ex.proto, out.failed)
+			} else {
+				writeError(w, ex.proto, apiError{status: http.StatusBadGateway, typ: errTypeServer, code: errCodeUpstream,
+					message: "no target could serve the request"}, 0)
+			}
+			return
+		}
+		sk := out.skip
+		if !clamped && h.clamp(w, ex, sk) {
+			clamped = true
+			continue
+		}
+		if !waited && h.wait(r, ex, sk, reqID) {
+			waited = true
+			continue
+		}
+		sk.write(w, ex.proto, h.cfg.Now())
+		return
+	}
+}
+
+// outcome is how one pass over the targets ended: served (done), or
+// with the soonest-retryable skip, or with an upstream failure.
+type outcome struct {
+	done   bool
+	skip   *skip
+	failed *providers.Error
+}
+
+// skip is why a target was not called: a rule refused it, or its provider
+// asked to be left alone until a time (a cooldown).
+type skip struct {
+	wait      time.Duration
+	retryable bool
+	decision  *limiter.Decision
+	cooldown  *cooldown
+}
+
+type cooldown struct {
+	target providers.Target
+	until  time.Time
+}
+
+func (a *skip) sooner(b *skip) bool {
+	if a.retryable != b.retryable {
+		return a.retryable
+	}
+	return a.wait < b.wait
+}
+
+func (sk *skip) write(w http.ResponseWriter, proto providers.Protocol, now time.Time) {
+	if sk.decision != nil {
+		writeRefusal(w, proto, *sk.decision)
+		return
+	}
+	writeCooldown(w, proto, sk.cooldown, now)
+}
+
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, route providers.Route, reqID string, attempt int) outcome {
 	ctx := r.Context()
-	var saturated *limiter.Decision
+	targets := h.order(route)
+	cooling := h.cooldownsOf(ctx, targets)
+	var best *skip
+	consider := func(sk *skip) {
+		if best == nil || sk.sooner(best) {
+			best = sk
+		}
+	}
 	var failed *providers.Error
-	for i, t := range h.order(route) {
+	for i, t := range targets {
+		now := h.cfg.Now()
+		if until, ok := cooling[cooldownKey(t)]; ok && until.After(now) {
+			h.log.Info("skipped: provider cooling down after a 429", "request_id", reqID, "provider", t.Provider.Name(),
+				"target_model", t.Model, "until", until, "next_target", true)
+			consider(&skip{wait: until.Sub(now), retryable: true, cooldown: &cooldown{target: t, until: until}})
+			continue
+		}
 		lr := limiter.Request{
-			ID:           reqID + "." + strconv.Itoa(i),
+			ID:           reqID + "." + strconv.Itoa(attempt) + "." + strconv.Itoa(i),
 			Subject:      limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model},
 			Route:        ex.op.String(),
 			InputTokens:  ex.inputTokens,
-			OutputTokens: reserveOut,
+			OutputTokens: ex.reserveOut,
 			UserPathOnly: ex.userPathOnly,
 		}
-		d, err := h.cfg.Limiter.Admit(ctx, h.cfg.Now(), lr)
+		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
 		if err != nil {
 			if !h.cfg.FailOpen {
 				h.log.Error("refused: limit store unavailable (failure mode closed)",
 					"request_id", reqID, "user_path", ex.caller.UserPath, "err", err)
 				writeError(w, ex.proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: errCodeServiceUnavailable,
 					message: "the gateway cannot check rate limits right now; nothing was sent upstream, try again shortly"}, time.Second)
-				return
+				return outcome{done: true}
 			}
 			h.log.Warn("admitted without limits: limit store unavailable (failure mode open)",
 				"request_id", reqID, "user_path", ex.caller.UserPath, "provider", t.Provider.Name(), "err", err)
@@ -96,41 +184,26 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		}
 		if !d.Allowed {
 			h.logRefusal(reqID, ex, t, d)
+			sk := &skip{wait: d.Refused.RetryAfter, retryable: d.Refused.Retryable, decision: &d}
 			if d.Refused.Scope() == limiter.ScopeUserPath {
-				writeRefusal(w, ex.proto, d)
-				return
+				return outcome{skip: sk} // no other target can help
 			}
-			if saturated == nil || sooner(d.Refused, saturated.Refused) {
-				saturated = &d
-			}
+			consider(sk)
 			continue
 		}
 		perr := h.forward(w, r, ex, t, d, reqID)
 		if perr == nil {
-			return
+			return outcome{done: true}
+		}
+		if perr.RateLimited() {
+			h.coolDown(ctx, t, perr.Limits, "answered 429")
 		}
 		failed = perr
 		if !perr.Retryable() {
 			break
 		}
 	}
-	switch {
-	case saturated != nil:
-		writeRefusal(w, ex.proto, *saturated)
-	case failed != nil:
-		h.relayFailure(w, ex.proto, failed)
-	default:
-		writeError(w, ex.proto, apiError{status: http.StatusBadGateway, typ: errTypeServer, code: errCodeUpstream,
-			message: "no target could serve the request"}, 0)
-	}
-}
-
-// sooner reports whether refusal a can be retried before b.
-func sooner(a, b *limiter.Refusal) bool {
-	if a.Retryable != b.Retryable {
-		return a.Retryable
-	}
-	return a.RetryAfter < b.RetryAfter
+	return outcome{skip: best, failed: failed}
 }
 
 // order returns the targets in the order to try them: as configured for
@@ -200,6 +273,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	}
 	clientGone := r.Context().Err() != nil
 	h.complete(r.Context(), d.Lease, used)
+	if perr == nil {
+		h.coolDownIfExhausted(r.Context(), t, res.Limits)
+	}
 	status := res.Status
 	if perr != nil {
 		status = perr.Status
