@@ -10,8 +10,15 @@ RUN_CONFIG := $(if $(wildcard tollgate.yaml),tollgate.yaml,functions/gateway/tol
 NPM_STAMP := tests/node_modules/.installed
 # Runs a command with DynamoDB Local started on a free port, and stops it.
 WITH_DDB  := $(GO) run ./tests/ddblocal --
+# make build bundles this YAML into each function as tollgate.yaml
+# (default: ./tollgate.yaml when there is one; CONFIG= for none).
+CONFIG    ?= $(wildcard tollgate.yaml)
+# LocalStack: the compose file, and the stack samlocal deploys there (its
+# tables get their own prefix, apart from those the init hook creates).
+LOCALSTACK := docker compose -f localstack/docker-compose.yml
+STACK      ?= tollgate
 
-.PHONY: help run run-dynamodb test bench build lint deps
+.PHONY: help run run-dynamodb test bench build lint lint-template deps deploy localstack-up localstack-deploy localstack-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -24,23 +31,51 @@ run-dynamodb: $(NPM_STAMP) ## the same process against DynamoDB Local (started a
 	$(WITH_DDB) env TOLLGATE_STORE=dynamodb TOLLGATE_CREATE_TABLES=true \
 		TOLLGATE_CONFIG=$${TOLLGATE_CONFIG:-$(RUN_CONFIG)} $(BIN)/local/gateway
 
-test: $(NPM_STAMP) ## everything: vet, then every test with the race detector, DynamoDB suites on DynamoDB Local
+test: $(NPM_STAMP) ## everything: vet, cfn-lint, then every test with the race detector, DynamoDB suites on DynamoDB Local
 	$(GO) vet ./...
+	@$(MAKE) --no-print-directory lint-template
 	TOLLGATE_REQUIRE_DYNAMODB=1 $(WITH_DDB) $(GO) test -race -count=1 ./...
 
 bench: $(NPM_STAMP) ## every benchmark, with allocations, DynamoDB ones on DynamoDB Local
 	$(WITH_DDB) $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
-build: ## a linux/arm64 bootstrap per function in bin/<function>/ for Lambda
+build: ## a linux/arm64 bootstrap per function in bin/<function>/ for Lambda (CONFIG=path bundles a config)
 	@for f in $(FUNCTIONS); do \
 		echo "build $$f"; \
 		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' \
 			-o $(BIN)/$$f/bootstrap ./functions/$$f || exit 1; \
+		rm -f $(BIN)/$$f/tollgate.yaml; \
+		if [ -n "$(CONFIG)" ]; then cp "$(CONFIG)" $(BIN)/$$f/tollgate.yaml || exit 1; fi; \
 	done
+	@if [ -n "$(CONFIG)" ]; then echo "bundled $(CONFIG) as tollgate.yaml"; fi
 
-lint: ## gofmt and go vet
+lint: lint-template ## gofmt, go vet and cfn-lint
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+lint-template: ## cfn-lint on template.yaml (with the SAM translator), when cfn-lint is installed
+	@if command -v cfn-lint >/dev/null; then \
+		echo "cfn-lint template.yaml"; cfn-lint template.yaml; \
+	else \
+		echo "cfn-lint not installed: template.yaml not linted (pip install cfn-lint)"; \
+	fi
+
+deploy: build ## deploy to AWS with sam (guided the first time: writes samconfig.toml)
+	@command -v sam >/dev/null || { echo "the AWS SAM CLI is needed: https://docs.aws.amazon.com/serverless-application-model/"; exit 1; }
+	@if [ -f samconfig.toml ]; then sam deploy; else sam deploy --guided --capabilities CAPABILITY_IAM; fi
+
+localstack-up: ## start LocalStack (docker compose) with tollgate's tables and master key parameter
+	$(LOCALSTACK) up -d --wait
+
+localstack-deploy: build ## deploy the whole stack to the running LocalStack with samlocal
+	@command -v samlocal >/dev/null || { echo "samlocal is needed: pip install aws-sam-cli-local"; exit 1; }
+	samlocal deploy --stack-name $(STACK) --resolve-s3 --capabilities CAPABILITY_IAM \
+		--no-confirm-changeset --no-fail-on-empty-changeset \
+		--parameter-overrides TablePrefix=$(STACK)-stack-
+	@echo "the API: awslocal apigateway get-rest-apis; call http://localhost:4566/restapis/<id>/prod/_user_request_/v1/..."
+
+localstack-down: ## stop LocalStack and drop its state
+	$(LOCALSTACK) down -v
 
 deps: $(NPM_STAMP) ## install the Go modules and the tests' Node packages
 	$(GO) mod download

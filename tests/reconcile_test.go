@@ -75,6 +75,16 @@ type failingTable struct {
 	dynamostream.TableAPI
 	mu   sync.Mutex
 	fail int
+	// noDescribe makes DescribeTable fail, so the reader finds the stream
+	// through ListStreams.
+	noDescribe bool
+}
+
+func (f *failingTable) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, o ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	if f.noDescribe {
+		return nil, errors.New("injected: not authorized to describe the table")
+	}
+	return f.TableAPI.DescribeTable(ctx, in, o...)
 }
 
 func (f *failingTable) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
@@ -216,6 +226,8 @@ func TestReconcileStoppedBeforeCheckpoint(t *testing.T) {
 	want := admitAndComplete(t, f, now, 25, rand.New(rand.NewPCG(3, 4)))
 
 	// The run applies its batch, then dies before the checkpoint write.
+	// (This run finds the stream through ListStreams.)
+	f.table.noDescribe = true
 	f.table.fail = 1
 	if _, err := f.reconciler(t, clock).Run(context.Background()); err == nil {
 		t.Fatal("the run did not report the failed checkpoint")

@@ -78,6 +78,17 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
 	a := &App{Config: cfg, Log: log, Clock: time.Now}
+	if cfg.Settings.MasterKey == "" && cfg.Settings.MasterKeyParameter != "" {
+		awsCfg, err := dynamostore.LoadAWSConfig(ctx, dynamostore.ClientOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration for the master key: %w", err)
+		}
+		key, err := secrets.New(awsCfg, a.secretOptions).Parameter(ctx, cfg.Settings.MasterKeyParameter)
+		if err != nil {
+			return nil, fmt.Errorf("TOLLGATE_MASTER_KEY_PARAMETER: %w", err)
+		}
+		cfg.Settings.MasterKey = key
+	}
 	switch cfg.Settings.Store {
 	case "memory":
 		if cfg.Settings.InLambda {

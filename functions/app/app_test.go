@@ -3,8 +3,12 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +71,83 @@ func TestLambdaRefusesMemoryStoreAndNoMasterKey(t *testing.T) {
 	if _, err := app.New(ctx, config.Env{"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001"}, log); err == nil ||
 		!strings.Contains(err.Error(), "TOLLGATE_STORE=memory inside Lambda") {
 		t.Fatalf("memory store inside Lambda: %v", err)
+	}
+}
+
+// The deployed functions get the master key and provider keys from SSM
+// parameters named by *_PARAMETER variables, never from the template.
+func TestKeysFromSSMParameters(t *testing.T) {
+	params := map[string]string{"/tollgate/master-key": "mk-from-ssm", "/tollgate/openai": "sk-from-ssm"}
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Name           string
+			WithDecryption bool
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		asked = append(asked, in.Name)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		v, ok := params[in.Name]
+		if r.Header.Get("X-Amz-Target") != "AmazonSSM.GetParameter" || !ok || !in.WithDecryption {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"__type":"ParameterNotFound","message":"not found"}`)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"Parameter": map[string]any{"Name": in.Name, "Type": "SecureString", "Value": v}})
+	}))
+	defer srv.Close()
+	var upstreamAuth string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamAuth = r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","created":1,"model":"gpt-4o",`+
+			`"choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":8,"completion_tokens":1,"total_tokens":9}}`)
+	}))
+	defer upstream.Close()
+	t.Setenv("AWS_ENDPOINT_URL_SSM", srv.URL)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_REGION", "us-east-1")
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+
+	a, err := app.New(ctx, config.Env{
+		"TOLLGATE_CONFIG":               "",
+		"TOLLGATE_MASTER_KEY_PARAMETER": "/tollgate/master-key",
+		"OPENAI_API_KEY_PARAMETER":      "/tollgate/openai",
+		"OPENAI_BASE_URL":               upstream.URL,
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.BuildGateway(); err != nil {
+		t.Fatal(err)
+	}
+	// The master key from SSM is accepted; the upstream sees the provider
+	// key from SSM.
+	r := httptest.NewRequest("POST", "/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":5}`))
+	r.Header.Set("Authorization", "Bearer mk-from-ssm")
+	w := httptest.NewRecorder()
+	a.Gateway.ServeHTTP(w, r)
+	if w.Code != http.StatusOK || upstreamAuth != "Bearer sk-from-ssm" {
+		t.Fatalf("status %d, upstream saw %q: %s", w.Code, upstreamAuth, w.Body)
+	}
+	r.Header.Set("Authorization", "Bearer not-the-master-key")
+	w = httptest.NewRecorder()
+	a.Gateway.ServeHTTP(w, r)
+	if w.Code != http.StatusUnauthorized {
+		t.Fatalf("a wrong key: status %d", w.Code)
+	}
+
+	// A parameter that cannot be read stops the start, naming the variable.
+	_, err = app.New(ctx, config.Env{"TOLLGATE_CONFIG": "", "TOLLGATE_MASTER_KEY_PARAMETER": "/tollgate/missing"}, log)
+	if err == nil || !strings.Contains(err.Error(), "TOLLGATE_MASTER_KEY_PARAMETER") || !strings.Contains(err.Error(), "/tollgate/missing") {
+		t.Fatalf("missing parameter: %v", err)
+	}
+	if !slices.Contains(asked, "/tollgate/missing") {
+		t.Fatalf("SSM was asked for %v", asked)
 	}
 }

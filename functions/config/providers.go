@@ -163,12 +163,13 @@ func (cfg *Config) loadAliases(specs []aliasYAML, at func(...any) string) error 
 
 // finishProviders applies the environment: with no providers configured,
 // one per provider key present (OPENAI_API_KEY, ANTHROPIC_API_KEY,
-// GEMINI_API_KEY), else the mock; <NAME>_BASE_URL overrides a base URL;
-// keys named by variables are read.
+// GEMINI_API_KEY, or their _PARAMETER forms naming an SSM parameter), else
+// the mock; <NAME>_BASE_URL overrides a base URL; keys named by variables
+// are read.
 func (cfg *Config) finishProviders(env Env) error {
 	if len(cfg.Providers) == 0 {
 		for _, t := range []string{"openai", "anthropic", "gemini"} {
-			if env[EnvName(t)+"_API_KEY"] != "" {
+			if env[EnvName(t)+"_API_KEY"] != "" || env[EnvName(t)+"_API_KEY_PARAMETER"] != "" {
 				cfg.Providers = append(cfg.Providers, ProviderSpec{Name: t, Type: t})
 			}
 		}
@@ -188,6 +189,10 @@ func (cfg *Config) finishProviders(env Env) error {
 		}
 		if p.BaseURL == "" && p.Type != "mock" {
 			errs = append(errs, fmt.Errorf("provider %q: base_url is required for type %s (or set %s_BASE_URL)", p.Name, p.Type, stem))
+		}
+		if p.APIKeyEnv == "" && p.APIKeyParameter == "" && p.APIKeySecret == "" {
+			// <NAME>_API_KEY_PARAMETER names an SSM parameter with the key.
+			p.APIKeyParameter = env[stem+"_API_KEY_PARAMETER"]
 		}
 		if p.APIKeyParameter == "" && p.APIKeySecret == "" && p.Type != "mock" {
 			name := p.APIKeyEnv

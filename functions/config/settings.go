@@ -14,6 +14,11 @@ type Settings struct {
 	// MasterKey authenticates admin calls and may act as any user path
 	// (TOLLGATE_MASTER_KEY). Empty runs a local process in dev mode.
 	MasterKey string
+	// MasterKeyParameter names an SSM parameter (SecureString) holding the
+	// master key, read at start when MasterKey is empty
+	// (TOLLGATE_MASTER_KEY_PARAMETER): how Lambda gets it, so that it is
+	// never in the template or the function's configuration.
+	MasterKeyParameter string
 	// Store is "memory" or "dynamodb" (TOLLGATE_STORE, default memory).
 	Store string
 	// StoreFailure is what admission does when the store cannot answer:
@@ -37,13 +42,14 @@ type Settings struct {
 
 func loadSettings(env Env) (Settings, error) {
 	s := Settings{
-		Port:              8080,
-		MasterKey:         env["TOLLGATE_MASTER_KEY"],
-		Store:             "memory",
-		StoreFailure:      "closed",
-		TablePrefix:       "tollgate-",
-		ReconcileInterval: 5 * time.Second,
-		InLambda:          env["AWS_LAMBDA_RUNTIME_API"] != "",
+		Port:               8080,
+		MasterKey:          env["TOLLGATE_MASTER_KEY"],
+		MasterKeyParameter: env["TOLLGATE_MASTER_KEY_PARAMETER"],
+		Store:              "memory",
+		StoreFailure:       "closed",
+		TablePrefix:        "tollgate-",
+		ReconcileInterval:  5 * time.Second,
+		InLambda:           env["AWS_LAMBDA_RUNTIME_API"] != "",
 	}
 	var errs []error
 	if v := env["PORT"]; v != "" {

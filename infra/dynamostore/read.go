@@ -98,12 +98,11 @@ func (s *Store) getItems(ctx context.Context, table string, keys []string, keyAt
 				ProjectionExpression:     aws.String(proj),
 				ExpressionAttributeNames: names,
 			}},
-			ReturnConsumedCapacity: types.ReturnConsumedCapacityIndexes,
 		})
 		if err != nil {
 			return nil, awserr.Classify("batch get", err)
 		}
-		s.account(true, res.ConsumedCapacity...)
+		s.itemReads.Add(int64(len(batch) - len(res.UnprocessedKeys[table].Keys)))
 		for _, item := range res.Responses[table] {
 			out[str(item, keyAttr)] = item
 		}

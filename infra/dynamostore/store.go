@@ -87,6 +87,8 @@ type Store struct {
 	roundTrips    atomic.Int64
 	wcuMilli      atomic.Int64 // consumed capacity × 1000
 	indexWCUMilli atomic.Int64
+	txItems       atomic.Int64
+	itemReads     atomic.Int64
 	rcuMilli      atomic.Int64
 }
 
@@ -135,18 +137,41 @@ func (s *Store) Tables() TableNames { return s.tables }
 // Stats are the store's counts since it was created.
 type Stats struct {
 	RoundTrips int64 // API calls
-	// Capacity the successful calls consumed: writes and reads on the
-	// tables, and writes on their indexes.
+	// Capacity the successful calls consumed as the engine reports it:
+	// standard writes on the tables and on their indexes, and queries.
 	WCU, IndexWCU, RCU float64
+	// ItemReads counts the items asked for by strongly consistent batch
+	// reads. AWS bills each 1 read unit (up to 4 KB), found or not;
+	// DynamoDB Local reports nothing for absent items, so these are
+	// counted here rather than taken from the engine.
+	ItemReads int64
+	// TransactItems counts the items written by TransactWriteItems, whose
+	// capacity is not in WCU: DynamoDB Local reports a flat 2 units per
+	// table per transaction whatever its size, while AWS bills 2 write
+	// units per item of up to 1 KB (all of tollgate's are).
+	TransactItems int64
+}
+
+// BilledWRU is what AWS bills for the writes counted: standard writes,
+// index writes, and 2 units per transactional item.
+func (st Stats) BilledWRU() float64 {
+	return st.WCU + st.IndexWCU + 2*float64(st.TransactItems)
+}
+
+// BilledRRU is what AWS bills for the reads counted.
+func (st Stats) BilledRRU() float64 {
+	return st.RCU + float64(st.ItemReads)
 }
 
 // Stats returns the store's counts.
 func (s *Store) Stats() Stats {
 	return Stats{
-		RoundTrips: s.roundTrips.Load(),
-		WCU:        float64(s.wcuMilli.Load()) / 1000,
-		IndexWCU:   float64(s.indexWCUMilli.Load()) / 1000,
-		RCU:        float64(s.rcuMilli.Load()) / 1000,
+		RoundTrips:    s.roundTrips.Load(),
+		WCU:           float64(s.wcuMilli.Load()) / 1000,
+		IndexWCU:      float64(s.indexWCUMilli.Load()) / 1000,
+		RCU:           float64(s.rcuMilli.Load()) / 1000,
+		TransactItems: s.txItems.Load(),
+		ItemReads:     s.itemReads.Load(),
 	}
 }
 

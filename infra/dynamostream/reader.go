@@ -32,10 +32,12 @@ type StreamsAPI interface {
 	GetRecords(context.Context, *dynamodbstreams.GetRecordsInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
 }
 
-// TableAPI is the part of the DynamoDB client the checkpoints need.
+// TableAPI is the part of the DynamoDB client the reader needs: the
+// checkpoints, and the lease table's description (its current stream).
 type TableAPI interface {
 	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DescribeTable(context.Context, *dynamodb.DescribeTableInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 }
 
 // Options configure a Reader.
@@ -183,7 +185,14 @@ func (rd *Reader) start(ctx context.Context) error {
 	return nil
 }
 
+// streamARN finds the lease table's current stream: from the table's
+// description (which IAM can grant on the table alone), else through
+// ListStreams.
 func (rd *Reader) streamARN(ctx context.Context) (string, error) {
+	if d, err := rd.o.Table.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(rd.tables.Leases)}); err == nil &&
+		d.Table != nil && aws.ToString(d.Table.LatestStreamArn) != "" {
+		return aws.ToString(d.Table.LatestStreamArn), nil
+	}
 	out, err := rd.o.Streams.ListStreams(ctx, &dynamodbstreams.ListStreamsInput{TableName: aws.String(rd.tables.Leases)})
 	if err != nil {
 		return "", awserr.Classify("list streams", err)

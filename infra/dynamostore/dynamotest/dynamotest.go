@@ -7,11 +7,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/tollgate/tollgate/infra/dynamostore"
@@ -79,4 +81,21 @@ func StreamsConfig(t testing.TB) dynamostore.ClientOptions {
 		t.Fatal("AWS_ENDPOINT_URL_DYNAMODB_STREAMS is not set")
 	}
 	return dynamostore.ClientOptions{}
+}
+
+// Distant is an HTTP client for the SDK that adds a fixed round-trip time
+// to every call: the engine as a Lambda sees DynamoDB across its region's
+// network, for benchmarks.
+func Distant(rtt time.Duration) aws.HTTPClient {
+	return distant{base: awshttp.NewBuildableClient(), rtt: rtt}
+}
+
+type distant struct {
+	base aws.HTTPClient
+	rtt  time.Duration
+}
+
+func (d distant) Do(r *http.Request) (*http.Response, error) {
+	time.Sleep(d.rtt)
+	return d.base.Do(r)
 }

@@ -1,0 +1,424 @@
+package tests
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/infra/dynamostore"
+)
+
+// cfn reads a CloudFormation/SAM template into plain values, turning the
+// short-form tags into their long forms (!Ref x → {"Ref": x},
+// !GetAtt a.b → {"Fn::GetAtt": "a.b"}, !Sub s → {"Fn::Sub": s}, …).
+func cfn(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		t.Fatal(err)
+	}
+	v := nodeValue(root.Content[0])
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatal("template is not a mapping")
+	}
+	return m
+}
+
+func nodeValue(n *yaml.Node) any {
+	var v any
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := map[string]any{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			m[n.Content[i].Value] = nodeValue(n.Content[i+1])
+		}
+		v = m
+	case yaml.SequenceNode:
+		l := []any{}
+		for _, c := range n.Content {
+			l = append(l, nodeValue(c))
+		}
+		v = l
+	case yaml.AliasNode:
+		return nodeValue(n.Alias)
+	default:
+		var s any
+		_ = n.Decode(&s)
+		if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
+			s = n.Value
+		}
+		v = s
+	}
+	if tag, ok := strings.CutPrefix(n.Tag, "!"); ok && !strings.HasPrefix(n.Tag, "!!") {
+		name := "Fn::" + tag
+		if tag == "Ref" {
+			name = "Ref"
+		}
+		return map[string]any{name: v}
+	}
+	return v
+}
+
+func get(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+func resources(tpl map[string]any, typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for name, r := range get(tpl, "Resources").(map[string]any) {
+		if get(r, "Type") == typ {
+			out[name] = r.(map[string]any)
+		}
+	}
+	return out
+}
+
+func functionName(codeURI string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(codeURI, "bin/"), "/")
+}
+
+func TestTemplateFunctions(t *testing.T) {
+	tpl := cfn(t, "../template.yaml")
+	globals := get(tpl, "Globals", "Function")
+	if get(globals, "Runtime") != "provided.al2023" || get(globals, "Handler") != "bootstrap" ||
+		fmt.Sprint(get(globals, "Architectures")) != "[arm64]" {
+		t.Fatalf("functions must be provided.al2023, arm64, bootstrap: %v", globals)
+	}
+	fns := resources(tpl, "AWS::Serverless::Function")
+	seen := map[string]bool{}
+	for res, f := range fns {
+		uri, _ := get(f, "Properties", "CodeUri").(string)
+		name := functionName(uri)
+		seen[name] = true
+		if _, err := os.Stat(filepath.Join("..", "functions", name, "main.go")); err != nil {
+			t.Errorf("%s: CodeUri %q names no function folder", res, uri)
+			continue
+		}
+		// Every function builds for Lambda's arm64.
+		cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", filepath.Join(t.TempDir(), "bootstrap"), "../functions/"+name)
+		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s does not build for linux/arm64: %v\n%s", name, err, out)
+		}
+		// Every variable the function needs inside Lambda is set.
+		vars := map[string]bool{}
+		for _, src := range []any{get(globals, "Environment", "Variables"), get(f, "Properties", "Environment", "Variables")} {
+			if m, ok := src.(map[string]any); ok {
+				for k := range m {
+					vars[k] = true
+				}
+			}
+		}
+		for _, v := range config.LambdaVariables[name] {
+			if !vars[v] {
+				t.Errorf("%s: %s is not set in the template", name, v)
+			}
+		}
+		for v := range vars {
+			if !knownVariable(v) {
+				t.Errorf("%s: the template sets %s, which tollgate does not read", name, v)
+			}
+		}
+	}
+	for _, want := range []string{"gateway", "admin", "reconciler"} {
+		if !seen[want] {
+			t.Errorf("no %s function in the template", want)
+		}
+	}
+	// The gateway's route streams; the reconciler runs on a schedule.
+	ev := get(fns["GatewayFunction"], "Properties", "Events", "Models", "Properties")
+	if get(ev, "ResponseTransferMode") != "RESPONSE_STREAM" || get(ev, "Path") != "/{proxy+}" {
+		t.Errorf("the gateway route is not streamed: %v", ev)
+	}
+	// A streamed integration may run up to 15 minutes; the route's timeout
+	// must be the function's, not API Gateway's default 29 s.
+	if fmt.Sprint(get(ev, "TimeoutInMillis")) != fmt.Sprint(get(fns["GatewayFunction"], "Properties", "Timeout"))+"000" {
+		t.Errorf("gateway route timeout %v ms, function timeout %v s", get(ev, "TimeoutInMillis"), get(fns["GatewayFunction"], "Properties", "Timeout"))
+	}
+	if s := get(fns["ReconcilerFunction"], "Properties", "Events", "EveryMinute", "Properties", "Schedule"); s != "rate(1 minute)" {
+		t.Errorf("reconciler schedule %v", s)
+	}
+	// API Gateway strips the stage from the path: the OpenAI base URL must
+	// be <stage>/v1 for /v1/chat/completions to reach the gateway's routes.
+	stage := get(resources(tpl, "AWS::Serverless::Api")["Api"], "Properties", "StageName")
+	endpoint := fmt.Sprint(get(tpl, "Outputs", "Endpoint", "Value", "Fn::Sub"))
+	openai := fmt.Sprint(get(tpl, "Outputs", "OpenAIBaseURL", "Value", "Fn::Sub"))
+	if !strings.HasSuffix(endpoint, fmt.Sprintf("/%v", stage)) || openai != endpoint+"/v1" {
+		t.Errorf("outputs Endpoint %q and OpenAIBaseURL %q do not match stage %v", endpoint, openai, stage)
+	}
+}
+
+// knownVariable reports whether tollgate reads v (a _PARAMETER form names
+// an SSM parameter holding a key).
+func knownVariable(v string) bool {
+	for _, k := range config.Variables {
+		if k.Name == v || (k.Prefix && strings.HasPrefix(v, k.Name)) {
+			return true
+		}
+	}
+	return strings.HasSuffix(v, "_API_KEY_PARAMETER")
+}
+
+func TestTemplateTablesMatchSchema(t *testing.T) {
+	tpl := cfn(t, "../template.yaml")
+	tables := resources(tpl, "AWS::DynamoDB::Table")
+	if len(tables) != len(dynamostore.Specs) {
+		t.Fatalf("%d tables in the template, %d in the schema", len(tables), len(dynamostore.Specs))
+	}
+	byName := map[string]map[string]any{}
+	for _, tb := range tables {
+		byName[fmt.Sprint(get(tb, "Properties", "TableName", "Fn::Sub"))] = tb
+	}
+	for _, spec := range dynamostore.Specs {
+		tb := byName["${TablePrefix}"+spec.Suffix]
+		if tb == nil {
+			t.Errorf("no table ${TablePrefix}%s in the template", spec.Suffix)
+			continue
+		}
+		p := get(tb, "Properties")
+		want := tableShape(spec.CreateInput(""))
+		got := tableShape(p)
+		if got != want {
+			t.Errorf("table %s differs from the schema:\n template %s\n schema   %s", spec.Suffix, got, want)
+		}
+		if get(p, "BillingMode") != "PAY_PER_REQUEST" || get(p, "PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled") != true {
+			t.Errorf("table %s: want PAY_PER_REQUEST and point-in-time recovery", spec.Suffix)
+		}
+		if get(p, "TimeToLiveSpecification", "AttributeName") != spec.TTLAttribute || get(p, "TimeToLiveSpecification", "Enabled") != true {
+			t.Errorf("table %s: TTL must be on %q", spec.Suffix, spec.TTLAttribute)
+		}
+	}
+}
+
+// tableShape renders the schema-relevant part of a table (from the
+// template's properties or a CreateTable input) comparably.
+func tableShape(v any) string {
+	b, _ := json.Marshal(v)
+	var t struct {
+		AttributeDefinitions   []struct{ AttributeName, AttributeType string }
+		KeySchema              []struct{ AttributeName, KeyType string }
+		StreamSpecification    *struct{ StreamViewType string }
+		GlobalSecondaryIndexes []struct {
+			IndexName  string
+			KeySchema  []struct{ AttributeName, KeyType string }
+			Projection struct{ ProjectionType string }
+		}
+	}
+	_ = json.Unmarshal(b, &t)
+	var parts []string
+	for _, a := range t.AttributeDefinitions {
+		parts = append(parts, "attr "+a.AttributeName+":"+a.AttributeType)
+	}
+	sort.Strings(parts)
+	for _, k := range t.KeySchema {
+		parts = append(parts, "key "+k.AttributeName+":"+k.KeyType)
+	}
+	if t.StreamSpecification != nil {
+		parts = append(parts, "stream "+t.StreamSpecification.StreamViewType)
+	}
+	for _, g := range t.GlobalSecondaryIndexes {
+		s := "index " + g.IndexName + " " + g.Projection.ProjectionType
+		for _, k := range g.KeySchema {
+			s += " " + k.AttributeName + ":" + k.KeyType
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Every IAM statement names only the project's own tables, index, stream
+// and SSM path; nothing is granted on "*".
+func TestTemplateIAMIsScoped(t *testing.T) {
+	tpl := cfn(t, "../template.yaml")
+	allowed := regexp.MustCompile(`^(\{"Fn::GetAtt":"(CountersTable|LeasesTable|ConfigTable)\.(Arn|StreamArn)"\}|` +
+		`\{"Fn::Sub":"\$\{LeasesTable\.Arn\}/(index/by_expiry|stream/\*)"\}|` +
+		`\{"Fn::Sub":"arn:\$\{AWS::Partition\}:(ssm|secretsmanager):\$\{AWS::Region\}:\$\{AWS::AccountId\}:(parameter/|secret:)\$\{ParameterPath\}/\*"\})$`)
+	n := 0
+	for name, f := range resources(tpl, "AWS::Serverless::Function") {
+		for _, pol := range get(f, "Properties", "Policies").([]any) {
+			for _, st := range get(pol, "Statement").([]any) {
+				for _, r := range get(st, "Resource").([]any) {
+					b, _ := json.Marshal(r)
+					if !allowed.Match(b) {
+						t.Errorf("%s grants %v on %s: not one of the project's own resources", name, get(st, "Action"), b)
+					}
+					n++
+				}
+				for _, a := range get(st, "Action").([]any) {
+					if s := a.(string); strings.Contains(s, "*") {
+						t.Errorf("%s grants a wildcard action %s", name, s)
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no IAM statements found")
+	}
+}
+
+// No key or secret value is written in the template: keys come from SSM
+// parameters named by *_PARAMETER variables.
+func TestTemplateHasNoSecrets(t *testing.T) {
+	b, err := os.ReadFile("../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`sk-[A-Za-z0-9_-]{12,}`), regexp.MustCompile(`tg-[A-Za-z0-9_-]{20,}`),
+		regexp.MustCompile(`AKIA[0-9A-Z]{16}`), regexp.MustCompile(`AIza[0-9A-Za-z_-]{20,}`),
+		regexp.MustCompile(`(?m)^\s*(TOLLGATE_MASTER_KEY|[A-Z_]*_API_KEY):`),
+	} {
+		if m := re.Find(b); m != nil {
+			t.Errorf("the template holds what looks like a secret: %q", m)
+		}
+	}
+}
+
+// The LocalStack init hook creates exactly the tables of the schema.
+func TestLocalStackTablesMatchSchema(t *testing.T) {
+	hook, err := os.ReadFile("../localstack/init/ready.d/01-tollgate.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range dynamostore.Specs {
+		path := filepath.Join("..", "localstack", "tables", spec.Suffix+".json")
+		want := cliInput(t, spec.CreateInput("tollgate-"))
+		if os.Getenv("TOLLGATE_UPDATE") != "" {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || tableShape(jsonValue(got)) != tableShape(jsonValue(want)) || string(got) != string(want) {
+			t.Errorf("%s differs from the schema (regenerate: TOLLGATE_UPDATE=1 go test ./tests -run LocalStack)", path)
+		}
+		if !strings.Contains(string(hook), spec.Suffix) || spec.TTLAttribute != "ttl" || !strings.Contains(string(hook), "AttributeName=ttl") {
+			t.Errorf("the init hook does not create %s with TTL on %s", spec.Suffix, spec.TTLAttribute)
+		}
+	}
+}
+
+// cliInput renders a CreateTable input as the AWS CLI's --cli-input-json
+// takes it: the SDK's unset fields (null, "", empty lists) left out, as
+// the CLI refuses them.
+func cliInput(t *testing.T, in any) []byte {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.MarshalIndent(prune(jsonValue(b)), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, '\n')
+}
+
+// prune drops null, empty-string and empty-collection values, recursively.
+func prune(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if x = prune(x); x == nil {
+				delete(v, k)
+			} else {
+				v[k] = x
+			}
+		}
+		if len(v) == 0 {
+			return nil
+		}
+		return v
+	case []any:
+		var l []any
+		for _, x := range v {
+			if x = prune(x); x != nil {
+				l = append(l, x)
+			}
+		}
+		if len(l) == 0 {
+			return nil
+		}
+		return l
+	case string:
+		if v == "" {
+			return nil
+		}
+	}
+	return v
+}
+
+func jsonValue(b []byte) any {
+	var v any
+	_ = json.Unmarshal(b, &v)
+	return v
+}
+
+// make build produces a linux/arm64 bootstrap per function.
+func TestMakeBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every function")
+	}
+	bin := t.TempDir()
+	cmd := exec.Command("make", "-C", "..", "build", "BIN="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	var found []string
+	for _, fn := range []string{"admin", "gateway", "reconciler"} {
+		f, err := elf.Open(filepath.Join(bin, fn, "bootstrap"))
+		if err != nil {
+			t.Errorf("%s: %v", fn, err)
+			continue
+		}
+		if f.Machine != elf.EM_AARCH64 || f.FileHeader.OSABI != elf.ELFOSABI_NONE && f.FileHeader.OSABI != elf.ELFOSABI_LINUX {
+			t.Errorf("%s is %v, not linux/arm64", fn, f.Machine)
+		}
+		f.Close()
+		found = append(found, fn)
+	}
+	if !slices.Equal(found, []string{"admin", "gateway", "reconciler"}) {
+		t.Fatalf("built %v", found)
+	}
+}
+
+// Every variable tollgate reads is documented in the README.
+func TestReadmeListsEveryVariable(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range config.Variables {
+		name := v.Name
+		if v.Prefix {
+			name += "<"
+		}
+		if !strings.Contains(string(b), "`"+name) {
+			t.Errorf("README.md does not document %s", v.Name)
+		}
+	}
+}
