@@ -161,7 +161,11 @@ func MakeRuleKey(scope Scope, subject string, period time.Duration) RuleKey {
 }
 
 // Validate checks a rule on its own, joining every problem found.
-func (r Rule) Validate() error {
+func (r Rule) Validate() error { return errors.Join(r.Problems()...) }
+
+// Problems lists every problem of a rule on its own, each written
+// "field: why"; none for a valid rule.
+func (r Rule) Problems() []error {
 	var errs []error
 	switch r.Scope {
 	case ScopeUserPath:
@@ -207,7 +211,7 @@ func (r Rule) Validate() error {
 	if r.Shards < 0 || r.Shards > 64 {
 		errs = append(errs, fmt.Errorf("shards: %d is outside 0..64", r.Shards))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Describe names the rule for messages and headers, in the rule's own

@@ -152,9 +152,12 @@ func retryDelayFromBody(body []byte) time.Duration {
 // forwarded are the client headers passed upstream; credentials never are.
 var forwarded = []string{"Content-Type", "Accept", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
 
-// NewRequest builds an upstream request carrying body and the client
-// headers worth forwarding.
+// NewRequest builds an upstream request carrying body (none for GET, HEAD
+// and DELETE) and the client headers worth forwarding.
 func NewRequest(ctx context.Context, method, url string, body []byte, client http.Header) (*http.Request, error) {
+	if method == http.MethodGet || method == http.MethodHead || method == http.MethodDelete {
+		body = nil
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -172,6 +175,42 @@ func NewRequest(ctx context.Context, method, url string, body []byte, client htt
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req, nil
+}
+
+// Answered is the Result of an upstream answer as its headers tell it: the
+// status and the provider's rate-limit headers.
+func Answered(resp *http.Response) Result {
+	return Result{Status: resp.StatusCode, Limits: ParseLimits(resp.Header, time.Now())}
+}
+
+// maxPassHead bounds how much of a passed-through body is kept to read a
+// usage block from.
+const maxPassHead = 1 << 20
+
+// Pass writes an answer's status and body to w as the body arrives,
+// flushing each read, unbuffered and unbounded. It returns the body's
+// first MiB, where a JSON answer's usage block is. A client that leaves
+// ends the copy.
+func Pass(w http.ResponseWriter, resp *http.Response) []byte {
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	var head bytes.Buffer
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if head.Len() < maxPassHead {
+				head.Write(buf[:n])
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return head.Bytes()
+			}
+			_ = rc.Flush()
+		}
+		if err != nil {
+			return head.Bytes()
+		}
+	}
 }
 
 // CopyHeaders relays the response headers a client needs (content type and

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/providers"
+	anthropicp "github.com/tollgate/tollgate/providers/anthropic"
 	openaip "github.com/tollgate/tollgate/providers/openai"
 )
 
@@ -205,5 +206,45 @@ func TestAudioBatchesPassthrough(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || up.last(t).Path != "/v1/files" || up.last(t).RawQuery != "purpose=batch" || up.last(t).Method != "GET" {
 		t.Fatalf("passthrough %d %+v", resp.StatusCode, up.last(t))
+	}
+}
+
+// Anthropic's passthrough sends the provider's key and no body on a GET,
+// relays an answer larger than the MiB kept for reading usage whole, and
+// records the usage of a JSON answer that reports one.
+func TestAnthropicPassthrough(t *testing.T) {
+	big := strings.Repeat("x", 3<<20)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/messages/count_tokens":
+			_, _ = io.WriteString(w, `{"input_tokens":12,"usage":{"input_tokens":12,"output_tokens":0}}`)
+		default:
+			_, _ = io.WriteString(w, `{"data":[],"pad":"`+big+`"}`)
+		}
+	})
+	p, err := anthropicp.New(anthropicp.Config{Name: "anthropic", BaseURL: up.URL, APIKey: "sk-ant-upstream"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newSDKGateway(t, []providers.Provider{p}, nil)
+
+	status, _, body := post(t, g.URL+"/p/anthropic/v1/messages/count_tokens", "application/json",
+		`{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"Hello"}]}`)
+	sent := up.last(t)
+	if status != 200 || !strings.Contains(string(body), `"input_tokens":12`) ||
+		sent.Path != "/v1/messages/count_tokens" || sent.Header.Get("X-Api-Key") != "sk-ant-upstream" {
+		t.Fatalf("count_tokens %d %s, upstream %+v", status, body, sent)
+	}
+	wantUsage(t, g.lastUsage(t, 1), 12, 0, 0)
+
+	resp, err := http.Get(g.URL + "/p/anthropic/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(got) != len(big)+len(`{"data":[],"pad":""}`) || up.last(t).Method != "GET" || len(up.last(t).Body) != 0 {
+		t.Fatalf("models: %d, %d bytes, upstream %s with %d bytes", resp.StatusCode, len(got), up.last(t).Method, len(up.last(t).Body))
 	}
 }

@@ -44,6 +44,7 @@ type App struct {
 	streams       *dynamodbstreams.Client
 	feed          reconcile.Source
 	secretOptions secrets.Options
+	resolver      *secrets.Resolver // made by keys, once
 	// Gateway is the gateway's handler (nil until BuildGateway).
 	Gateway *proxy.Handler
 	// Admin is the admin API's handler (nil until BuildAdmin).
@@ -79,11 +80,11 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	}
 	a := &App{Config: cfg, Log: log, Clock: time.Now}
 	if cfg.Settings.MasterKey == "" && cfg.Settings.MasterKeyParameter != "" {
-		awsCfg, err := dynamostore.LoadAWSConfig(ctx, dynamostore.ClientOptions{})
+		r, err := a.keys(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("AWS configuration for the master key: %w", err)
+			return nil, fmt.Errorf("TOLLGATE_MASTER_KEY_PARAMETER: %w", err)
 		}
-		key, err := secrets.New(awsCfg, a.secretOptions).Parameter(ctx, cfg.Settings.MasterKeyParameter)
+		key, err := r.Parameter(ctx, cfg.Settings.MasterKeyParameter)
 		if err != nil {
 			return nil, fmt.Errorf("TOLLGATE_MASTER_KEY_PARAMETER: %w", err)
 		}

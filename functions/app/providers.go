@@ -66,23 +66,32 @@ func newProvider(s config.ProviderSpec, settings config.Settings) (providers.Pro
 	return nil, fmt.Errorf("unknown type %q", s.Type)
 }
 
+// keys returns the reader of keys kept in SSM parameters or Secrets
+// Manager, made on first use and shared by the master key and the
+// providers' keys.
+func (a *App) keys(ctx context.Context) (*secrets.Resolver, error) {
+	if a.resolver == nil {
+		cfg, err := dynamostore.LoadAWSConfig(ctx, dynamostore.ClientOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration: %w", err)
+		}
+		a.resolver = secrets.New(cfg, a.secretOptions)
+	}
+	return a.resolver, nil
+}
+
 // resolveKeys reads the keys kept in SSM parameters or Secrets Manager.
 func (a *App) resolveKeys(ctx context.Context, specs []config.ProviderSpec) error {
-	var r *secrets.Resolver
 	var errs []error
 	for i := range specs {
 		s := &specs[i]
 		if s.APIKeyParameter == "" && s.APIKeySecret == "" {
 			continue
 		}
-		if r == nil {
-			cfg, err := dynamostore.LoadAWSConfig(ctx, dynamostore.ClientOptions{})
-			if err != nil {
-				return fmt.Errorf("AWS configuration for provider keys: %w", err)
-			}
-			r = secrets.New(cfg, a.secretOptions)
+		r, err := a.keys(ctx)
+		if err != nil {
+			return fmt.Errorf("provider keys: %w", err)
 		}
-		var err error
 		if s.APIKeyParameter != "" {
 			s.APIKey, err = r.Parameter(ctx, s.APIKeyParameter)
 		} else {

@@ -8,34 +8,23 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/tollgate/tollgate/functions/app"
-	"github.com/tollgate/tollgate/functions/config"
 )
 
 func main() {
-	env := config.Environ()
-	log := app.Logger(os.Stderr, env)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	a, err := app.New(ctx, env, log)
-	if err != nil {
-		app.Exit(log, err)
-	}
-	defer a.Close()
-	if a.Config.Settings.InLambda {
-		lambda.StartWithOptions(handler(a), lambda.WithContext(ctx))
-		return
-	}
-	if a.Config.Settings.Store == "memory" {
-		app.Exit(log, errors.New("the embedded store lives inside the gateway process, which runs its own reconciler; "+
-			"run this command with TOLLGATE_STORE=dynamodb"))
-	}
-	a.RunReconcilerLoop(ctx)
+	app.Main(func(ctx context.Context, a *app.App) error {
+		if a.Config.Settings.InLambda {
+			lambda.StartWithOptions(handler(a), lambda.WithContext(ctx))
+			return nil
+		}
+		if a.Config.Settings.Store == "memory" {
+			return errors.New("the embedded store lives inside the gateway process, which runs its own reconciler; " +
+				"run this command with TOLLGATE_STORE=dynamodb")
+		}
+		a.RunReconcilerLoop(ctx)
+		return nil
+	})
 }

@@ -130,7 +130,7 @@ func (s *Store) reclaim(ctx context.Context, now time.Time, limit int) (int, err
 	found := make([][]LeaseRecord, shards)
 	errs := make([]error, shards)
 	parallel(shards, func(i int) {
-		found[i], errs[i] = s.expiredLeases(ctx, now, "a"+itoa(i), limit)
+		found[i], errs[i] = s.expiredLeases(ctx, now, "a"+strconv.Itoa(i), limit)
 	})
 	released := 0
 	for _, recs := range found {
@@ -203,7 +203,24 @@ func (s *Store) expireLease(ctx context.Context, now time.Time, rec LeaseRecord)
 			":expired": sv(StatusExpired), ":active": sv(StatusActive), ":now": n(unixMilli(now)), ":f": n(unixMilli(now)),
 		},
 	}}}
-	for _, c := range rec.Lease.Charges {
+	items = append(items, s.slotReleases(rec.Lease.Charges)...)
+	err := s.transact(ctx, items)
+	if err == nil {
+		s.log.Info("released the slots of a lease whose request never completed; its reservation stays charged",
+			"lease", rec.Lease.ID, "user_path", rec.Lease.UserPath, "expired_at", rec.Lease.ExpiresAt)
+		return true, nil
+	}
+	if reasons := awserr.CancellationReasons(err); len(reasons) > 0 && reasons[0].Code != nil && *reasons[0].Code == "ConditionalCheckFailed" {
+		return false, nil
+	}
+	return false, awserr.Classify("expire lease", err)
+}
+
+// slotReleases are the transaction items that give back the in-flight
+// gauges among charges.
+func (s *Store) slotReleases(charges []limiter.Charge) []types.TransactWriteItem {
+	var items []types.TransactWriteItem
+	for _, c := range charges {
 		if c.Counter.Kind != limiter.KindInFlight {
 			continue
 		}
@@ -215,16 +232,7 @@ func (s *Store) expireLease(ctx context.Context, now time.Time, rec LeaseRecord)
 			ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(-c.Amount)},
 		}})
 	}
-	err := s.transact(ctx, items)
-	if err == nil {
-		s.log.Info("released the slots of a lease whose request never completed; its reservation stays charged",
-			"lease", rec.Lease.ID, "user_path", rec.Lease.UserPath, "expired_at", rec.Lease.ExpiresAt)
-		return true, nil
-	}
-	if reasons := awserr.CancellationReasons(err); len(reasons) > 0 && reasons[0].Code != nil && *reasons[0].Code == "ConditionalCheckFailed" {
-		return false, nil
-	}
-	return false, awserr.Classify("expire lease", err)
+	return items
 }
 
 // transact runs one TransactWriteItems, retrying conflicts a few times with
@@ -251,8 +259,6 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 	}
 	return err
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 // backoff is the wait before retry attempt (1-based): jittered, growing,
 // bounded.
@@ -289,20 +295,11 @@ func (s *Store) ReleaseRemoved(ctx context.Context, leases []limiter.Lease) (int
 			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
 			ExpressionAttributeNames: map[string]string{"#pk": attrPK},
 		}}}
-		for _, c := range l.Charges {
-			if c.Counter.Kind == limiter.KindInFlight {
-				items = append(items, types.TransactWriteItem{Update: &types.Update{
-					TableName:                 &s.tables.Counters,
-					Key:                       keyOf(CounterKey(c.Counter)),
-					UpdateExpression:          aws.String("ADD #n :a"),
-					ExpressionAttributeNames:  map[string]string{"#n": attrN},
-					ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(-c.Amount)},
-				}})
-			}
-		}
-		if len(items) == 1 {
+		releases := s.slotReleases(l.Charges)
+		if len(releases) == 0 {
 			continue
 		}
+		items = append(items, releases...)
 		err := s.transact(ctx, items)
 		switch {
 		case err == nil:

@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -80,7 +81,7 @@ func (s *Store) getItems(ctx context.Context, table string, keys []string, keyAt
 	names := map[string]string{}
 	proj := ""
 	for i, a := range append([]string{keyAttr}, attrs...) {
-		p := "#p" + itoa(i)
+		p := "#p" + strconv.Itoa(i)
 		names[p] = a
 		if proj != "" {
 			proj += ", "

@@ -114,7 +114,7 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 		return providers.Result{}, perr
 	}
 	defer resp.Body.Close()
-	res := providers.Result{Status: resp.StatusCode, Limits: providers.ParseLimits(resp.Header, time.Now())}
+	res := providers.Answered(resp)
 	providers.CopyHeaders(w, resp)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		sse.Header(w, resp.StatusCode)
@@ -151,25 +151,17 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 }
 
 func (p *Provider) passthrough(ctx context.Context, w http.ResponseWriter, r *providers.Request, u string) (providers.Result, error) {
-	method := r.Method
-	body := r.Body
-	if method == http.MethodGet || method == http.MethodHead || method == http.MethodDelete {
-		body = nil
-	}
-	resp, perr := p.request(ctx, method, u, body, r)
+	resp, perr := p.request(ctx, r.Method, u, r.Body, r)
 	if perr != nil {
 		return providers.Result{}, perr
 	}
 	defer resp.Body.Close()
+	res := providers.Answered(resp)
 	providers.CopyHeaders(w, resp)
-	w.WriteHeader(resp.StatusCode)
-	b, _ := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
-	_, _ = w.Write(b)
-	res := providers.Result{Status: resp.StatusCode, Limits: providers.ParseLimits(resp.Header, time.Now())}
 	var m struct {
 		Usage *wireUsage `json:"usage"`
 	}
-	if json.Unmarshal(b, &m) == nil && m.Usage != nil {
+	if json.Unmarshal(providers.Pass(w, resp), &m) == nil && m.Usage != nil {
 		res.Usage = m.Usage.toUsage()
 	}
 	return res, nil

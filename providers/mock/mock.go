@@ -59,6 +59,26 @@ func Text(n int64) string {
 	return strings.Join(out, " ")
 }
 
+// streamText sends text word by word, each word after the first with
+// its leading space, until the client leaves or a send fails. It returns
+// how many words were sent, which is the output usage so far, and whether
+// all were.
+func streamText(ctx context.Context, text string, send func(word string, last bool) error) (int64, bool) {
+	ws := strings.Fields(text)
+	for i, word := range ws {
+		if ctx.Err() != nil {
+			return int64(i), false // the client went away
+		}
+		if i > 0 {
+			word = " " + word
+		}
+		if send(word, i == len(ws)-1) != nil {
+			return int64(i), false
+		}
+	}
+	return int64(len(ws)), true
+}
+
 func outputTokens(maxTokens int64) int64 {
 	if maxTokens <= 0 {
 		return DefaultOutputTokens
@@ -164,18 +184,12 @@ func (p *Provider) streamChat(ctx context.Context, w http.ResponseWriter, req *p
 	if err := send(chunk(map[string]any{"role": "assistant", "content": ""}, nil)); err != nil {
 		return res, nil
 	}
-	text := strings.Fields(Text(usage.OutputTokens))
-	for i, word := range text {
-		if ctx.Err() != nil {
-			return res, nil // the client went away: usage so far, not reported
-		}
-		if i > 0 {
-			word = " " + word
-		}
-		if err := send(chunk(map[string]any{"content": word}, nil)); err != nil {
-			return res, nil
-		}
-		res.Usage.OutputTokens++
+	var all bool
+	res.Usage.OutputTokens, all = streamText(ctx, Text(usage.OutputTokens), func(word string, _ bool) error {
+		return send(chunk(map[string]any{"content": word}, nil))
+	})
+	if !all {
+		return res, nil // usage so far, not reported
 	}
 	if err := send(chunk(map[string]any{}, finishReason(req.MaxTokens))); err != nil {
 		return res, nil

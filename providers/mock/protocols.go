@@ -42,17 +42,12 @@ func (p *Provider) responses(ctx context.Context, w http.ResponseWriter, req *pr
 	if emit("response.created", map[string]any{"response": inProgress}) != nil {
 		return res, nil
 	}
-	for i, word := range strings.Fields(text) {
-		if ctx.Err() != nil {
-			return res, nil
-		}
-		if i > 0 {
-			word = " " + word
-		}
-		if emit("response.output_text.delta", map[string]any{"item_id": "msg_" + id, "output_index": 0, "content_index": 0, "delta": word}) != nil {
-			return res, nil
-		}
-		res.Usage.OutputTokens++
+	var all bool
+	res.Usage.OutputTokens, all = streamText(ctx, text, func(word string, _ bool) error {
+		return emit("response.output_text.delta", map[string]any{"item_id": "msg_" + id, "output_index": 0, "content_index": 0, "delta": word})
+	})
+	if !all {
+		return res, nil
 	}
 	if emit("response.completed", map[string]any{"response": resp}) != nil {
 		return res, nil
@@ -122,17 +117,12 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, req *pro
 		emit("content_block_start", map[string]any{"index": 0, "content_block": map[string]any{"type": "text", "text": ""}}) != nil {
 		return res, nil
 	}
-	for i, word := range strings.Fields(text) {
-		if ctx.Err() != nil {
-			return res, nil
-		}
-		if i > 0 {
-			word = " " + word
-		}
-		if emit("content_block_delta", map[string]any{"index": 0, "delta": map[string]any{"type": "text_delta", "text": word}}) != nil {
-			return res, nil
-		}
-		res.Usage.OutputTokens++
+	var all bool
+	res.Usage.OutputTokens, all = streamText(ctx, text, func(word string, _ bool) error {
+		return emit("content_block_delta", map[string]any{"index": 0, "delta": map[string]any{"type": "text_delta", "text": word}})
+	})
+	if !all {
+		return res, nil
 	}
 	if emit("content_block_stop", map[string]any{"index": 0}) != nil ||
 		emit("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": usage.OutputTokens}}) != nil ||
@@ -166,24 +156,18 @@ func (p *Provider) generate(ctx context.Context, w http.ResponseWriter, req *pro
 	sse.Header(w, http.StatusOK)
 	sw := sse.NewWriter(w)
 	res := providers.Result{Status: http.StatusOK, Usage: providers.Usage{InputTokens: usage.InputTokens}}
-	words := strings.Fields(text)
-	for i, word := range words {
-		if ctx.Err() != nil {
-			return res, nil
-		}
-		if i > 0 {
-			word = " " + word
-		}
+	var all bool
+	res.Usage.OutputTokens, all = streamText(ctx, text, func(word string, last bool) error {
 		chunk := map[string]any{"candidates": candidate(word, ""), "modelVersion": req.Model}
-		if i == len(words)-1 {
+		if last {
 			chunk["candidates"] = candidate(word, finish)
 			chunk["usageMetadata"] = meta
 		}
 		b, _ := json.Marshal(chunk)
-		if sw.Event("", b) != nil {
-			return res, nil
-		}
-		res.Usage.OutputTokens++
+		return sw.Event("", b)
+	})
+	if !all {
+		return res, nil
 	}
 	res.Usage = usage
 	return res, nil

@@ -4,7 +4,6 @@
 package openai
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,6 +101,16 @@ func (p *Provider) authorize(req *http.Request) {
 	req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 }
 
+// request sends one upstream request with the provider's credentials.
+func (p *Provider) request(ctx context.Context, method, u string, body []byte, r *providers.Request) (*http.Response, *providers.Error) {
+	req, err := providers.NewRequest(ctx, method, u, body, r.Header)
+	if err != nil {
+		return nil, &providers.Error{Provider: p.cfg.Name, Err: err}
+	}
+	p.authorize(req)
+	return providers.Send(p.client, p.cfg.Name, req)
+}
+
 // Serve implements providers.Provider.
 func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, r *providers.Request) (providers.Result, error) {
 	switch r.Op {
@@ -162,17 +171,12 @@ func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers
 	if err != nil {
 		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Err: err}
 	}
-	req, err := providers.NewRequest(ctx, http.MethodPost, p.endpoint(r.Model, path), body, r.Header)
-	if err != nil {
-		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Err: err}
-	}
-	p.authorize(req)
-	resp, perr := providers.Send(p.client, p.cfg.Name, req)
+	resp, perr := p.request(ctx, http.MethodPost, p.endpoint(r.Model, path), body, r)
 	if perr != nil {
 		return providers.Result{}, perr
 	}
 	defer resp.Body.Close()
-	res := providers.Result{Status: resp.StatusCode, Limits: providers.ParseLimits(resp.Header, time.Now())}
+	res := providers.Answered(resp)
 	providers.CopyHeaders(w, resp)
 	if r.Stream && stream != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		return relay(w, resp, res, stream)
@@ -216,20 +220,12 @@ func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.
 	if method == "" {
 		method = http.MethodPost
 	}
-	if method == http.MethodGet || method == http.MethodHead || method == http.MethodDelete {
-		body = nil
-	}
-	req, err := providers.NewRequest(ctx, method, u, body, r.Header)
-	if err != nil {
-		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Err: err}
-	}
-	p.authorize(req)
-	resp, perr := providers.Send(p.client, p.cfg.Name, req)
+	resp, perr := p.request(ctx, method, u, body, r)
 	if perr != nil {
 		return providers.Result{}, perr
 	}
 	defer resp.Body.Close()
-	res := providers.Result{Status: resp.StatusCode, Limits: providers.ParseLimits(resp.Header, time.Now())}
+	res := providers.Answered(resp)
 	providers.CopyHeaders(w, resp)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		return relay(w, resp, res, func(ev sse.Event, res *providers.Result) bool {
@@ -240,25 +236,7 @@ func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.
 			return true
 		})
 	}
-	w.WriteHeader(resp.StatusCode)
-	buf := make([]byte, 32<<10)
-	var head bytes.Buffer
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			if head.Len() < 1<<20 {
-				head.Write(buf[:n])
-			}
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return res, nil
-			}
-			_ = http.NewResponseController(w).Flush()
-		}
-		if err != nil {
-			break
-		}
-	}
-	res.Usage, res.Usage.Reported = chatUsage(head.Bytes())
+	res.Usage, res.Usage.Reported = chatUsage(providers.Pass(w, resp))
 	return res, nil
 }
 

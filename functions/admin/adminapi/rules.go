@@ -248,7 +248,7 @@ func (h *Handler) putRule(w http.ResponseWriter, r *http.Request) {
 		from = limiter.MakeRuleKey(fs, fsub, fp)
 	}
 	if len(errs) == 0 {
-		for _, e := range unjoin(rule.Validate()) {
+		for _, e := range rule.Problems() {
 			field, msg, ok := strings.Cut(e.Error(), ": ")
 			if !ok {
 				field, msg = "rule", e.Error()
@@ -439,18 +439,4 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return *p
-}
-
-func unjoin(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, unjoin(e)...)
-		}
-		return out
-	}
-	return []error{err}
 }

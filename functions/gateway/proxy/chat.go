@@ -92,13 +92,9 @@ const (
 
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
-	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
-		return
-	}
 	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		badJSON(w, proto, err)
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
 		return
 	}
 	if req.Model == nil || *req.Model == "" {

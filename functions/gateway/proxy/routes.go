@@ -25,13 +25,9 @@ type responsesRequest struct {
 
 func (h *Handler) responses(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
-	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
-		return
-	}
 	var req responsesRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		badJSON(w, proto, err)
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
 		return
 	}
 	if req.Model == nil || *req.Model == "" {
@@ -78,16 +74,12 @@ func inputText(raw json.RawMessage) string {
 
 func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
-	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
-		return
-	}
 	var req struct {
 		Model *string         `json:"model"`
 		Input json.RawMessage `json:"input"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		badJSON(w, proto, err)
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
 		return
 	}
 	if req.Model == nil || *req.Model == "" {
@@ -147,13 +139,9 @@ type messagesRequest struct {
 
 func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolAnthropic
-	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
-		return
-	}
 	var req messagesRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		badJSON(w, proto, err)
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
 		return
 	}
 	switch {
@@ -286,16 +274,12 @@ func formValue(body []byte, boundary, name string) (string, error) {
 // X-Tollgate-Provider, else the first that takes batches.
 func (h *Handler) batches(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
-	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
-		return
-	}
 	var req struct {
 		InputFileID string `json:"input_file_id"`
 		Endpoint    string `json:"endpoint"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		badJSON(w, proto, err)
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
 		return
 	}
 	if req.InputFileID == "" || req.Endpoint == "" {
@@ -367,10 +351,6 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 			message: "unknown method " + target + ": want {model}:generateContent or {model}:streamGenerateContent"}, 0)
 		return
 	}
-	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
-		return
-	}
 	var req struct {
 		Contents []struct {
 			Parts []struct {
@@ -386,8 +366,8 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 			MaxOutputTokens *int64 `json:"maxOutputTokens"`
 		} `json:"generationConfig"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		badJSON(w, proto, err)
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
 		return
 	}
 	if len(req.Contents) == 0 {
@@ -449,6 +429,20 @@ func (h *Handler) begin(w http.ResponseWriter, r *http.Request, proto providers.
 	}
 	body, ok := h.readJSON(w, r, proto)
 	return caller, body, ok
+}
+
+// beginJSON is begin for a JSON route: it also decodes the body into v,
+// answering 400 in the protocol's shape when it is not that JSON.
+func (h *Handler) beginJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol, v any) (Caller, []byte, bool) {
+	caller, body, ok := h.begin(w, r, proto)
+	if !ok {
+		return Caller{}, nil, false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		badJSON(w, proto, err)
+		return Caller{}, nil, false
+	}
+	return caller, body, true
 }
 
 func (h *Handler) count(model, text string) int64 {
