@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -73,8 +74,18 @@ type Request struct {
 // Admit decides whether req may go at now. Every matching rule is charged
 // all-or-nothing: request windows by one, token windows by the reservation,
 // in-flight gauges by one slot held by the returned lease. A refusal is a
-// Decision, not an error; the error is the store's.
+// Decision, not an error; the error is the store's, or ErrInvalidAmount for
+// amounts outside 0..MaxAmount.
+//
+// It makes at most three store calls, whatever the rules' shard counts: the
+// charge; on a refusal by sharded counters alone, one read of every shard
+// of the refused rules; and one more charge placed where that read found
+// room. A refusal after which the store reclaimed slots is charged once
+// more, under a new lease.
 func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decision, error) {
+	if !validAmount(req.InputTokens) || !validAmount(req.OutputTokens) {
+		return Decision{}, ErrInvalidAmount
+	}
 	var buf [16]match
 	ms := l.rules.Load().appendMatches(buf[:0], req.Subject, req.UserPathOnly)
 	if len(ms) == 0 {
@@ -85,32 +96,62 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 	if err != nil {
 		return Decision{}, err
 	}
-	if out.Admitted {
-		d := Decision{Allowed: true, Lease: lease}
-		d.Requests, d.Tokens = quotas(now, charges, out.States)
-		return d, nil
-	}
-	// A refusal that only sharded counters caused may fit on another
-	// shard: try each shard once before refusing, keeping the shortest wait
-	// seen per charge.
-	waits := make([]wait, len(charges))
-	record(now, charges, out.States, waits)
-	for attempt := 1; attempt < maxShards(charges, out.States); attempt++ {
-		if !onlyShardsRefused(charges, out.States) {
-			break
-		}
-		nextShards(charges, out.States)
+	if !out.Admitted && out.Reclaimed {
+		lease = renamed(lease, "~r")
 		if out, err = l.store.Charge(ctx, now, charges, lease); err != nil {
 			return Decision{}, err
 		}
-		if out.Admitted {
-			d := Decision{Allowed: true, Lease: lease}
-			d.Requests, d.Tokens = quotas(now, charges, out.States)
-			return d, nil
-		}
-		record(now, charges, out.States, waits)
 	}
-	return refuse(now, charges, out.States, waits), nil
+	if out.Admitted {
+		return admitted(now, charges, out.States, lease), nil
+	}
+	if !onlyShardsRefused(charges, out.States) {
+		return refuse(now, charges, out.States, nil), nil
+	}
+	// Sharded counters refused: look at every shard once and place the
+	// charge where there is room, split over several shards if it is
+	// larger than any one has.
+	spread, err := l.readShards(ctx, now, charges, out.States)
+	if err != nil {
+		return Decision{}, err
+	}
+	placed, ok := spread.place(charges)
+	if !ok {
+		return refuse(now, charges, out.States, spread), nil
+	}
+	lease = renamed(lease, "~s")
+	if lease != nil {
+		lease.Charges = placed
+	}
+	out2, err := l.store.Charge(ctx, now, placed, lease)
+	if err != nil {
+		return Decision{}, err
+	}
+	if out2.Admitted {
+		return admitted(now, placed, out2.States, lease), nil
+	}
+	return refuse(now, placed, out2.States, spread), nil
+}
+
+func admitted(now time.Time, charges []Charge, states []State, lease *Lease) Decision {
+	d := Decision{Allowed: true, Lease: lease}
+	d.Requests, d.Tokens = quotas(now, charges, states)
+	return d
+}
+
+// renamed returns a copy of lease under a new id, for charging again after
+// a refusal: a store may have recorded the refused lease under the old one.
+func renamed(lease *Lease, suffix string) *Lease {
+	if lease == nil {
+		return nil
+	}
+	c := *lease
+	c.ID = lease.ID + suffix
+	if len(c.ID) > MaxLeaseIDLen {
+		c.ID = c.ID[len(c.ID)-MaxLeaseIDLen:]
+	}
+	c.Charges = slices.Clone(lease.Charges)
+	return &c
 }
 
 // Complete records what an admitted request used and gives back its
@@ -119,7 +160,24 @@ func (l *Limiter) Complete(ctx context.Context, now time.Time, lease *Lease, use
 	if lease == nil {
 		return nil
 	}
-	return l.store.Complete(ctx, now, lease.ID, used)
+	return l.store.Complete(ctx, now, lease, used.Clamped())
+}
+
+// LeaseTTL is how long a lease holds its slots without renewal.
+func (l *Limiter) LeaseTTL() time.Duration { return l.leaseTTL }
+
+// Renew extends a lease by LeaseTTL from now, for a request still running,
+// and reports whether it still holds its slots.
+func (l *Limiter) Renew(ctx context.Context, now time.Time, lease *Lease) (bool, error) {
+	if lease == nil {
+		return true, nil
+	}
+	until := now.Add(l.leaseTTL)
+	ok, err := l.store.Renew(ctx, now, lease, until)
+	if ok && err == nil {
+		lease.ExpiresAt = until
+	}
+	return ok, err
 }
 
 // Usage reads the live counters of the rules that match s, for GET
@@ -130,7 +188,10 @@ func (l *Limiter) Usage(ctx context.Context, now time.Time, s Subject) ([]RuleUs
 	return l.usage(ctx, now, ms)
 }
 
-// plan turns matched rules into charges.
+// plan turns matched rules into charges. A sharded rule's charge goes to
+// the request's shard (picked by its id); one larger than that shard's
+// share spills over the next shards, so a request is never refused only
+// because no single shard could hold it.
 func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease) {
 	n := 0
 	for _, m := range ms {
@@ -148,16 +209,32 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			Period:  r.Period,
 			Limit:   limit,
 			Amount:  amount,
+			owner:   r,
 		}
 		if r.Period != Concurrent {
 			c.Counter.Window, _ = windowAt(now, r.Period)
 		}
-		if n := r.shards(); n > 1 {
-			setShard(&c, limit, int(fnv(req.ID, r.counter)%uint64(n)), n)
+		shards := r.shards()
+		if shards == 1 {
+			charges = append(charges, c)
+			return
 		}
-		c.owner = r
-		charges = append(charges, c)
+		first := int(fnv(req.ID, r.counter) % uint64(shards))
+		left := amount
+		for i := range shards {
+			p := c
+			setShard(&p, limit, (first+i)%shards, shards)
+			if left <= p.Limit || i == shards-1 || amount > limit {
+				p.Amount = left
+				charges = append(charges, p)
+				return
+			}
+			p.Amount = p.Limit
+			left -= p.Limit
+			charges = append(charges, p)
+		}
 	}
+	total := SatAdd(req.InputTokens, req.OutputTokens)
 	for _, m := range ms {
 		r := m.rule
 		if r.Period == Concurrent {
@@ -168,7 +245,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			continue
 		}
 		add(m, KindRequests, r.MaxRequests, 1)
-		add(m, KindTokens, r.MaxTokens, req.InputTokens+req.OutputTokens)
+		add(m, KindTokens, r.MaxTokens, total)
 		add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
 		add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
 		tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
@@ -177,14 +254,15 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		return charges, nil
 	}
 	return charges, &Lease{
-		ID:        req.ID,
-		ExpiresAt: now.Add(l.leaseTTL),
-		UserPath:  req.UserPath,
-		Provider:  req.Provider,
-		Model:     req.Model,
-		Route:     req.Route,
-		Reserved:  Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens},
-		Charges:   charges,
+		ID:         req.ID,
+		AdmittedAt: now,
+		ExpiresAt:  now.Add(l.leaseTTL),
+		UserPath:   req.UserPath,
+		Provider:   req.Provider,
+		Model:      req.Model,
+		Route:      req.Route,
+		Reserved:   Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens},
+		Charges:    charges,
 	}
 }
 
@@ -223,16 +301,6 @@ func setShard(c *Charge, limit int64, k, n int) {
 	}
 }
 
-func maxShards(charges []Charge, states []State) int {
-	n := 1
-	for i, s := range states {
-		if s.Refused {
-			n = max(n, charges[i].owner.shards())
-		}
-	}
-	return n
-}
-
 func onlyShardsRefused(charges []Charge, states []State) bool {
 	for i, s := range states {
 		if s.Refused && charges[i].owner.shards() < 2 {
@@ -240,36 +308,6 @@ func onlyShardsRefused(charges []Charge, states []State) bool {
 		}
 	}
 	return true
-}
-
-func nextShards(charges []Charge, states []State) {
-	for i, s := range states {
-		if s.Refused {
-			r := charges[i].owner
-			n := r.shards()
-			setShard(&charges[i], r.limitOf(charges[i].Counter.Kind), (charges[i].Counter.Shard+1)%n, n)
-		}
-	}
-}
-
-// wait is the shortest wait seen for one charge across shard attempts.
-type wait struct {
-	seen      bool
-	d         time.Duration
-	retryable bool
-}
-
-func record(now time.Time, charges []Charge, states []State, waits []wait) {
-	for i, s := range states {
-		if !s.Refused {
-			continue
-		}
-		d, ok := waitFor(now, &charges[i], s)
-		w := &waits[i]
-		if !w.seen || (ok && (!w.retryable || d < w.d)) {
-			*w = wait{seen: true, d: d, retryable: ok}
-		}
-	}
 }
 
 // waitFor returns how long until charge c would be admitted on a counter in
@@ -285,19 +323,16 @@ func waitFor(now time.Time, c *Charge, s State) (time.Duration, bool) {
 // refuse builds the Decision for a refused charge: the deciding rule is the
 // refused one with the longest wait (a request larger than its limit waits
 // forever), since the request is admitted only once every rule admits it.
-func refuse(now time.Time, charges []Charge, states []State, waits []wait) Decision {
-	pick := -1
-	for i, w := range waits {
-		if !w.seen {
+// With sp, the waits of sharded rules are those of all their shards.
+func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decision {
+	pick, wait, retryable := -1, time.Duration(0), false
+	for i := range charges {
+		if !states[i].Refused {
 			continue
 		}
-		if pick < 0 {
-			pick = i
-			continue
-		}
-		p := waits[pick]
-		if p.retryable && (!w.retryable || w.d > p.d) {
-			pick = i
+		d, ok := waitOf(now, charges, i, states[i], sp)
+		if pick < 0 || (retryable && (!ok || d > wait)) {
+			pick, wait, retryable = i, d, ok
 		}
 	}
 	d := Decision{}
@@ -306,7 +341,7 @@ func refuse(now time.Time, charges []Charge, states []State, waits []wait) Decis
 		// A store that refuses must mark a refused charge; treat a bare
 		// refusal as the first charge's.
 		pick = 0
-		waits[0].d, waits[0].retryable = waitFor(now, &charges[0], states[0])
+		wait, retryable = waitFor(now, &charges[0], states[0])
 	}
 	c := &charges[pick]
 	r := c.owner
@@ -315,11 +350,14 @@ func refuse(now time.Time, charges []Charge, states []State, waits []wait) Decis
 		Child:      c.Counter.Child,
 		Kind:       c.Counter.Kind,
 		Limit:      r.limitOf(c.Counter.Kind),
-		Amount:     c.Amount,
-		RetryAfter: waits[pick].d,
-		Retryable:  waits[pick].retryable,
+		Amount:     groupAmount(charges, pick),
+		RetryAfter: wait,
+		Retryable:  retryable,
 	}
 	q := quotaOf(now, c, r, states[pick])
+	if g := sp.group(c.Counter); g != nil {
+		q.Remaining = g.room(now, 0)
+	}
 	if c.Counter.Kind == KindRequests || c.Counter.Kind == KindInFlight {
 		q.Remaining = 0
 		d.Requests = q
@@ -327,6 +365,27 @@ func refuse(now time.Time, charges []Charge, states []State, waits []wait) Decis
 		d.Tokens = q
 	}
 	return d
+}
+
+// waitOf is waitFor for charge i, over all shards when sp read them.
+func waitOf(now time.Time, charges []Charge, i int, st State, sp *spread) (time.Duration, bool) {
+	c := &charges[i]
+	if g := sp.group(c.Counter); g != nil {
+		return g.wait(now, groupAmount(charges, i))
+	}
+	return waitFor(now, c, st)
+}
+
+// groupAmount is what the request asks of charge i's rule and dimension:
+// the sum of its parts when it is split over shards.
+func groupAmount(charges []Charge, i int) int64 {
+	var a int64
+	for j := range charges {
+		if samePart(charges[j].Counter, charges[i].Counter) {
+			a = SatAdd(a, charges[j].Amount)
+		}
+	}
+	return a
 }
 
 // quotas returns the most restrictive requests and tokens quotas among the
@@ -372,7 +431,7 @@ func quotaOf(now time.Time, c *Charge, r *rule, s State) Quota {
 		q.HasReset = true
 	}
 	if n := int64(r.shards()); n > 1 {
-		q.Remaining = min(q.Limit, q.Remaining*n)
+		q.Remaining = min(q.Limit, SatMul(q.Remaining, n))
 	}
 	return q
 }

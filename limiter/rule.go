@@ -201,8 +201,11 @@ func (r Rule) Problems() []error {
 		{"max_input_tokens", r.MaxInputTokens},
 		{"max_output_tokens", r.MaxOutputTokens},
 	} {
-		if f.v < 0 {
+		switch {
+		case f.v < 0:
 			errs = append(errs, fmt.Errorf("%s: negative limit %d", f.name, f.v))
+		case f.v > MaxAmount:
+			errs = append(errs, fmt.Errorf("%s: %d is above the largest limit, %d", f.name, f.v, MaxAmount))
 		}
 	}
 	if r.Period == Concurrent && (r.MaxTokens != 0 || r.MaxInputTokens != 0 || r.MaxOutputTokens != 0) {

@@ -105,17 +105,25 @@ type Outcome struct {
 	// without this request's amount (what was found, or what remained after
 	// compensation), and Refused marks the charges whose condition failed.
 	States []State
+	// Reclaimed is set on a refusal after which the store gave back slots
+	// that no request holds any more (leases past their expiry, or slots
+	// whose lease ended without releasing them): the same charges, under a
+	// new lease, may be admitted now.
+	Reclaimed bool
 }
 
 // Lease is the record of one admitted request that holds something to give
 // back or to settle: an in-flight slot, or a token reservation.
 type Lease struct {
-	ID        string
-	ExpiresAt time.Time // after this the lease no longer holds its slots
-	UserPath  string
-	Provider  string
-	Model     string
-	Route     string
+	// ID names the lease: unique, at most MaxLeaseIDLen bytes.
+	ID string
+	// AdmittedAt is the instant of the admission.
+	AdmittedAt time.Time
+	ExpiresAt  time.Time // after this the lease no longer holds its slots; Renew extends it
+	UserPath   string
+	Provider   string
+	Model      string
+	Route      string
 	// Reserved is what was charged to token windows at admission.
 	Reserved Usage
 	// Charges lists every counter the request charged; Settle uses the token
@@ -136,8 +144,17 @@ type Usage struct {
 	Exact bool
 }
 
-// Total returns input + output tokens.
-func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+// Total returns input + output tokens, saturated.
+func (u Usage) Total() int64 { return SatAdd(u.InputTokens, u.OutputTokens) }
+
+// Clamped returns the usage with every count bounded to 0..MaxAmount: a
+// usage report comes from upstream and is input like any other.
+func (u Usage) Clamped() Usage {
+	u.InputTokens = clampAmount(u.InputTokens)
+	u.OutputTokens = clampAmount(u.OutputTokens)
+	u.CachedInputTokens = clampAmount(u.CachedInputTokens)
+	return u
+}
 
 // Settlement is the correction of one completed lease: what it reserved
 // against what it used.
@@ -155,6 +172,12 @@ type Settlement struct {
 // reach or was throttled after retries) or ErrContention (conflicting
 // writes persisted after retries), so callers can choose with errors.Is.
 //
+// Every write that can be sent twice (a retry after a lost answer) is
+// idempotent or verified: a slot is taken and given back once per lease
+// however often the call is repeated, and a counter's ADD is never resent
+// blindly. A store refuses a negative amount (ErrInvalidAmount) and never
+// lets a counter or a gauge go below zero.
+//
 // Time is the caller's: now decides windows, ceilings and lease expiry, and
 // a store never reads the clock for a decision.
 type Store interface {
@@ -165,9 +188,15 @@ type Store interface {
 	Charge(ctx context.Context, now time.Time, charges []Charge, lease *Lease) (Outcome, error)
 
 	// Complete records a lease's actual usage for settlement and releases
-	// its in-flight charges. Completing a lease twice, or one that expired,
-	// changes nothing the second time.
-	Complete(ctx context.Context, now time.Time, leaseID string, used Usage) error
+	// its in-flight charges. It is idempotent: completing a lease again
+	// changes nothing more. Completing a lease that expired still records
+	// its usage, for settlement; its slots were released at expiry.
+	Complete(ctx context.Context, now time.Time, lease *Lease, used Usage) error
+
+	// Renew extends an active lease's expiry to until, so a long request
+	// keeps its slots. It returns false when the lease is no longer active
+	// at now (completed, or expired and its slots released).
+	Renew(ctx context.Context, now time.Time, lease *Lease, until time.Time) (bool, error)
 
 	// Settle corrects the token counters each settlement's lease charged by
 	// used − reserved, exactly once per lease however often it is called
@@ -188,28 +217,60 @@ var (
 )
 
 // Corrections returns the per-charge deltas a settlement applies: for each
-// token charge of the lease, used − reserved in that charge's dimension;
-// negative deltas only when the usage is exact. The result has one entry per
-// lease charge (0 for charges that are not corrected).
+// token counter the lease charged, used − reserved in that counter's
+// dimension; negative deltas only when the usage is exact. The result has
+// one entry per lease charge (0 for charges that are not corrected).
+//
+// A charge split over several shards of one rule is corrected once: an
+// overshoot goes to its first part, a refund is taken from its parts in
+// order, each at most what that part charged, so no shard's counter is
+// refunded more than it was charged.
 func Corrections(s Settlement) []int64 {
 	out := make([]int64, len(s.Lease.Charges))
+	used := Usage{InputTokens: clampAmount(s.Used.InputTokens), OutputTokens: clampAmount(s.Used.OutputTokens), Exact: s.Used.Exact}
+	done := make([]bool, len(s.Lease.Charges))
 	for i, c := range s.Lease.Charges {
-		var used, reserved int64
+		if done[i] {
+			continue
+		}
+		var u, reserved int64
 		switch c.Counter.Kind {
 		case KindTokens:
-			used, reserved = s.Used.Total(), s.Lease.Reserved.Total()
+			u, reserved = used.Total(), SatAdd(s.Lease.Reserved.InputTokens, s.Lease.Reserved.OutputTokens)
 		case KindInputTokens:
-			used, reserved = s.Used.InputTokens, s.Lease.Reserved.InputTokens
+			u, reserved = used.InputTokens, s.Lease.Reserved.InputTokens
 		case KindOutputTokens:
-			used, reserved = s.Used.OutputTokens, s.Lease.Reserved.OutputTokens
+			u, reserved = used.OutputTokens, s.Lease.Reserved.OutputTokens
 		default:
 			continue
 		}
-		d := used - reserved
-		if d < 0 && !s.Used.Exact {
+		d := u - reserved
+		if d < 0 && !used.Exact {
 			d = 0
 		}
-		out[i] = d
+		// The parts of one split charge: same counter but for the shard.
+		for j := i; j < len(s.Lease.Charges); j++ {
+			p := s.Lease.Charges[j]
+			if done[j] || !samePart(c.Counter, p.Counter) {
+				continue
+			}
+			done[j] = true
+			switch {
+			case d > 0 && j == i:
+				out[j] = d
+			case d < 0:
+				take := max(d, -p.Amount)
+				out[j] = take
+				d -= take
+			}
+		}
 	}
 	return out
+}
+
+// samePart reports whether two counters are shards of one rule's counter
+// in one window.
+func samePart(a, b Counter) bool {
+	a.Shard, b.Shard = 0, 0
+	return a == b
 }

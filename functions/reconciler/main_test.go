@@ -46,11 +46,21 @@ func TestStreamEvent(t *testing.T) {
 		counter(t, "22:model:openai/gpt-4o:60|in|29933333|0|", time.Minute, 2*120),
 		counter(t, "22:model:openai/gpt-4o:60|out|29933333|0|", time.Minute, 2*400),
 		counter(t, "18:provider:openai:60|req|29933333|0|", time.Minute, 2),
-		counter(t, "17:user_path:/team:c|fly|0|0|", 0, 2),
 	}
 	if out, err := store.Charge(ctx, now, charges, nil); err != nil || !out.Admitted {
 		t.Fatal(out, err)
 	}
+	// The slot gauge holds the slot of the lease TTL removed and one of a
+	// request still running.
+	slot := counter(t, "17:user_path:/team:c|fly|0|0|", 0, 1)
+	slot.Limit = 10
+	for id, adm := range map[string]int64{"req-ttl.0": 1795999982000, "req-running.0": 1795999983000} {
+		l := &limiter.Lease{ID: id, AdmittedAt: time.UnixMilli(adm), ExpiresAt: now.Add(time.Hour), Charges: []limiter.Charge{slot}}
+		if out, err := store.Charge(ctx, now, []limiter.Charge{slot}, l); err != nil || !out.Admitted {
+			t.Fatal(out, err)
+		}
+	}
+	charges = append(charges, slot)
 	raw, err := os.ReadFile("testdata/stream_event.json")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -66,6 +67,32 @@ func IsConflict(err error) bool {
 		}
 	}
 	return false
+}
+
+// unapplied are the error codes of a request DynamoDB refused without
+// applying it: throttling, and a write to an item inside a pending
+// transaction.
+var unapplied = map[string]bool{
+	"ProvisionedThroughputExceededException": true,
+	"ThrottlingException":                    true,
+	"RequestLimitExceeded":                   true,
+	CodeTransactionConflict:                  true,
+}
+
+// NotApplied reports whether err proves that the request was not applied:
+// DynamoDB refused it (throttling, a transaction conflict, a failed
+// condition), or it never left this process (the connection could not be
+// made). Every other failure (a timeout, a reset, a 500) is ambiguous: the
+// write may have been applied and only its answer lost.
+func NotApplied(err error) bool {
+	if err == nil {
+		return false
+	}
+	if unapplied[Code(err)] || IsConditionFailed(err) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // Classify wraps a backend error with the sentinel that says what it means

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,8 +24,16 @@ import (
 )
 
 // faults is an HTTP client in front of the engine that answers chosen
-// operations with an injected AWS error instead of passing them on: what
-// DynamoDB does on AWS and no local engine ever does.
+// operations with a fault instead of passing them on, or after passing
+// them on: what DynamoDB and the network between do on AWS and no local
+// engine ever does. A fault is one of
+//
+//   - an AWS error answered without applying the call (throttling, a
+//     conflict);
+//   - lose: the call is applied and its answer lost (the connection resets
+//     after the engine answered);
+//   - apply500: the call is applied and answered with a 500;
+//   - drop: the call is never sent, and the connection resets.
 type faults struct {
 	base aws.HTTPClient
 	mu   sync.Mutex
@@ -31,6 +42,8 @@ type faults struct {
 	next  map[string][]fault
 	calls map[string]int // calls that reached the engine, by operation
 	hits  map[string]int // calls answered with a fault
+	// down drops every call while set.
+	down atomic.Bool
 }
 
 func newFaults() *faults {
@@ -42,13 +55,20 @@ func newFaults() *faults {
 	}
 }
 
+// Fault modes beyond an AWS error body.
+const (
+	lose     = "lose"
+	apply500 = "apply500"
+	drop     = "drop"
+)
+
 type fault struct {
-	body  string // the AWS error answered
+	body  string // the AWS error answered, or a mode
 	match string // only calls whose request body contains this
 }
 
 // inject answers the next count calls of op whose request contains match
-// with the AWS error body.
+// with the fault.
 func (f *faults) inject(op string, count int, body, match string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -57,6 +77,8 @@ func (f *faults) inject(op string, count int, body, match string) {
 	}
 }
 
+var errReset = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+
 func (f *faults) Do(r *http.Request) (*http.Response, error) {
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 	var req []byte
@@ -64,6 +86,12 @@ func (f *faults) Do(r *http.Request) (*http.Response, error) {
 		req, _ = io.ReadAll(r.Body)
 		r.Body.Close()
 		r.Body = io.NopCloser(bytes.NewReader(req))
+	}
+	if f.down.Load() {
+		f.mu.Lock()
+		f.hits[op]++
+		f.mu.Unlock()
+		return nil, errReset
 	}
 	f.mu.Lock()
 	var body string
@@ -75,12 +103,32 @@ func (f *faults) Do(r *http.Request) (*http.Response, error) {
 			break
 		}
 	}
-	if body == "" {
+	if body == "" || body == lose || body == apply500 {
 		f.calls[op]++
 	}
 	f.mu.Unlock()
-	if body == "" {
+	switch body {
+	case "":
 		return f.base.Do(r)
+	case drop:
+		return nil, errReset
+	case lose, apply500:
+		res, err := f.base.Do(r)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if body == lose {
+			return nil, errReset
+		}
+		body = internalError
+		return &http.Response{
+			StatusCode: 500, Status: "500 Internal Server Error",
+			Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Requestid": {"injected"}},
+			Body:    io.NopCloser(strings.NewReader(body)),
+			Request: r,
+		}, nil
 	}
 	return &http.Response{
 		StatusCode: 400,
@@ -105,7 +153,8 @@ const (
 		`"message":"The level of configured provisioned throughput for the table was exceeded."}`
 	conflict = `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException",` +
 		`"message":"Transaction is ongoing for the item"}`
-	txConflict = `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException",` +
+	internalError = `{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"Internal server error"}`
+	txConflict    = `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException",` +
 		`"message":"Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None]",` +
 		`"CancellationReasons":[{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"},{"Code":"None"}]}`
 )

@@ -36,18 +36,42 @@ func CounterKey(c limiter.Counter) string {
 // settledKey is the marker of a lease whose tokens were settled.
 func settledKey(leaseID string) string { return "settled|" + leaseID }
 
-// orphanKey is the marker of a lease whose slots were released after TTL
-// deleted it while still active.
-func orphanKey(leaseID string) string { return "orphan|" + leaseID }
+// slotEntry is how a gauge item holds a lease's slot: the admission
+// instant (Unix milliseconds, base 36) and the lease id, "m3x1k2a0.<id>".
+// The instant lets an audit tell a slot whose lease is still being written
+// from one whose lease never will be.
+func slotEntry(l *limiter.Lease) string {
+	return strconv.FormatInt(unixMilli(l.AdmittedAt), 36) + "." + l.ID
+}
+
+// parseSlotEntry is the inverse of slotEntry.
+func parseSlotEntry(e string) (admitted time.Time, leaseID string, ok bool) {
+	ms, id, found := strings.Cut(e, ".")
+	v, err := strconv.ParseInt(ms, 36, 64)
+	if !found || err != nil || id == "" {
+		return time.Time{}, "", false
+	}
+	return fromMilli(v), id, true
+}
 
 func sv(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
-func b(v bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: v} }
-func unixSec(t time.Time) int64     { return t.Unix() }
-func unixMilli(t time.Time) int64   { return t.UnixMilli() }
-func fromMilli(ms int64) time.Time  { return time.UnixMilli(ms).UTC() }
+func b(v bool) types.AttributeValue       { return &types.AttributeValueMemberBOOL{Value: v} }
+func bin(v []byte) types.AttributeValue   { return &types.AttributeValueMemberB{Value: v} }
+func ss(v ...string) types.AttributeValue { return &types.AttributeValueMemberSS{Value: v} }
+
+// stringSet reads an SS attribute; absent is empty.
+func stringSet(item map[string]types.AttributeValue, name string) []string {
+	if v, ok := item[name].(*types.AttributeValueMemberSS); ok {
+		return v.Value
+	}
+	return nil
+}
+func unixSec(t time.Time) int64    { return t.Unix() }
+func unixMilli(t time.Time) int64  { return t.UnixMilli() }
+func fromMilli(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 func keyOf(pk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: sv(pk)}
 }
@@ -99,6 +123,9 @@ const (
 	attrUsedCached  = "used_cached"
 	attrExact       = "exact"
 	attrFinishedAt  = "finished_at"
+	attrAdmitted    = "adm"  // Unix milliseconds of the admission
+	attrReleased    = "rel"  // the lease's slots were given back when it ended
+	attrLate        = "late" // completed after it had expired
 )
 
 // leaseItem encodes an active lease. active names its partition of the
@@ -115,6 +142,7 @@ func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.Attr
 		attrID:          sv(l.ID),
 		attrStatus:      sv(StatusActive),
 		attrExpiresAt:   n(unixMilli(l.ExpiresAt)),
+		attrAdmitted:    n(unixMilli(l.AdmittedAt)),
 		attrTTL:         n(ttl),
 		attrUserPath:    sv(l.UserPath),
 		attrRoute:       sv(l.Route),
@@ -140,6 +168,8 @@ type LeaseRecord struct {
 	Lease  limiter.Lease
 	Status string
 	Used   limiter.Usage
+	// Released says the slots were given back when the lease ended.
+	Released bool
 }
 
 // DecodeLease decodes a lease item, as read from the table or a stream
@@ -155,6 +185,8 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 	r.Lease.ID = str(item, attrID)
 	r.Status = str(item, attrStatus)
 	r.Lease.ExpiresAt = fromMilli(num(attrExpiresAt))
+	r.Lease.AdmittedAt = fromMilli(num(attrAdmitted))
+	r.Released = boolean(item, attrReleased)
 	r.Lease.UserPath = str(item, attrUserPath)
 	r.Lease.Provider = str(item, attrProvider)
 	r.Lease.Model = str(item, attrModel)

@@ -49,14 +49,19 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 	return out, nil
 }
 
-// getCounts reads the n of counter items, consistently; absent items are 0.
+// getCounts reads counter items consistently: a window's n, a gauge's
+// number of slots; absent items are 0.
 func (s *Store) getCounts(ctx context.Context, keys []string) (map[string]int64, error) {
-	items, err := s.getItems(ctx, s.tables.Counters, keys, attrPK, attrN)
+	items, err := s.getItems(ctx, s.tables.Counters, keys, attrPK, attrN, attrSlots)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]int64, len(keys))
 	for k, item := range items {
+		if _, isGauge := item[attrSlots]; isGauge {
+			out[k] = int64(len(stringSet(item, attrSlots)))
+			continue
+		}
 		v, err := number(item, attrN)
 		if err != nil {
 			return nil, err

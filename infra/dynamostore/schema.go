@@ -44,6 +44,8 @@ const (
 	attrPK        = "pk"         // counters and config: the item key
 	attrSK        = "sk"         // config: the sort key
 	attrN         = "n"          // counters: the count
+	attrWriter    = "w"          // counters: the last writer's token
+	attrSlots     = "s"          // gauges: the slots held, one entry per lease
 	attrTTL       = "ttl"        // every table: TTL, Unix seconds
 	attrID        = "id"         // leases: the lease (request) id
 	attrStatus    = "status"     // leases: active, completed, expired, refused

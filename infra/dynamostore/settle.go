@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/tollgate/tollgate/infra/awserr"
@@ -39,20 +40,31 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 	}
 	var errs []error
 	applied := 0
-	for attempt := 0; len(todo) > 0 && attempt < 3; attempt++ {
+	floors := map[string]bool{} // counters a refund must not take below zero
+	for attempt := 0; len(todo) > 0 && attempt < 4; attempt++ {
 		var err error
 		if todo, err = s.unsettled(ctx, todo); err != nil {
 			return applied, err
 		}
 		var retry []settlement
 		for _, chunk := range chunkSettlements(todo) {
-			err := s.transact(ctx, s.settleItems(chunk))
+			items, counters := s.settleItems(chunk, floors)
+			err := s.transact(ctx, items)
 			switch {
 			case err == nil:
 				applied += len(chunk)
-			case markerRace(err):
+			case markerRace(err, len(chunk)):
 				// Another reconciler settled some of these meanwhile: look
 				// again at which are left.
+				retry = append(retry, chunk...)
+			case floorFailed(err, len(chunk)):
+				// A refund would take a counter below zero (it cannot, by
+				// construction, unless the counter was changed by hand):
+				// settle the chunk without refunding those counters.
+				for _, k := range failedCounters(err, len(chunk), counters) {
+					s.log.Error("a settlement refund would take a counter below zero; refunding it to zero only", "counter", k)
+					floors[k] = true
+				}
 				retry = append(retry, chunk...)
 			default:
 				errs = append(errs, awserr.Classify("settle", err))
@@ -118,8 +130,10 @@ func chunkSettlements(todo []settlement) [][]settlement {
 }
 
 // settleItems builds one transaction: a marker per lease and one summed
-// ADD per counter.
-func (s *Store) settleItems(chunk []settlement) []types.TransactWriteItem {
+// ADD per counter, the counter keys of which it returns in their order
+// after the markers. A refund is conditioned on leaving the counter at or
+// above zero; for counters in floors, refunds are skipped.
+func (s *Store) settleItems(chunk []settlement, floors map[string]bool) ([]types.TransactWriteItem, []string) {
 	var items []types.TransactWriteItem
 	sums := map[string]int64{}
 	charge := map[string]*limiter.Charge{}
@@ -145,33 +159,90 @@ func (s *Store) settleItems(chunk []settlement) []types.TransactWriteItem {
 				order = append(order, k)
 				charge[k] = c
 			}
-			sums[k] += d
+			sums[k] = limiter.SatAdd(sums[k], d)
 		}
 	}
+	var counters []string
 	for _, k := range order {
-		if sums[k] == 0 {
+		d := sums[k]
+		if d == 0 || (d < 0 && floors[k]) {
 			continue
 		}
 		c := charge[k]
-		// No condition: an overshoot is charged even past the limit.
-		items = append(items, types.TransactWriteItem{Update: &types.Update{
+		u := &types.Update{
 			TableName:                 &s.tables.Counters,
 			Key:                       keyOf(k),
 			UpdateExpression:          aws.String("ADD #n :d SET #t = if_not_exists(#t, :t)"),
 			ExpressionAttributeNames:  map[string]string{"#n": attrN, "#t": attrTTL},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":d": n(sums[k]), ":t": n(s.ttlAfter(c.WindowEnd().Add(c.Period)))},
-		}})
+			ExpressionAttributeValues: map[string]types.AttributeValue{":d": n(d), ":t": n(s.ttlAfter(c.WindowEnd().Add(c.Period)))},
+		}
+		if d < 0 {
+			// An overshoot is charged even past the limit; a refund never
+			// takes the counter below zero.
+			u.ConditionExpression = aws.String("#n >= :r")
+			u.ExpressionAttributeValues[":r"] = n(-d)
+		}
+		items = append(items, types.TransactWriteItem{Update: u})
+		counters = append(counters, k)
 	}
-	return items
+	return items, counters
 }
 
 // markerRace reports whether a transaction was cancelled because a settled
-// marker already existed.
-func markerRace(err error) bool {
-	for _, r := range awserr.CancellationReasons(err) {
-		if r.Code != nil && *r.Code == "ConditionalCheckFailed" {
+// marker (one of the first markers items) already existed.
+func markerRace(err error, markers int) bool {
+	for i, r := range awserr.CancellationReasons(err) {
+		if i < markers && r.Code != nil && *r.Code == "ConditionalCheckFailed" {
 			return true
 		}
 	}
 	return false
+}
+
+// floorFailed reports whether a transaction was cancelled because a refund
+// would have taken a counter (an item after the markers) below zero.
+func floorFailed(err error, markers int) bool {
+	for i, r := range awserr.CancellationReasons(err) {
+		if i >= markers && r.Code != nil && *r.Code == "ConditionalCheckFailed" {
+			return true
+		}
+	}
+	return false
+}
+
+// failedCounters names the counters whose refund condition failed.
+func failedCounters(err error, markers int, counters []string) []string {
+	var out []string
+	for i, r := range awserr.CancellationReasons(err) {
+		if j := i - markers; j >= 0 && j < len(counters) && r.Code != nil && *r.Code == "ConditionalCheckFailed" {
+			out = append(out, counters[j])
+		}
+	}
+	return out
+}
+
+// transact runs one TransactWriteItems, retrying conflicts a few times with
+// backoff (the SDK retries throttling itself; its idempotency token makes
+// its resends of a transaction that landed change nothing).
+func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
+	var err error
+	for attempt := range 4 {
+		if attempt > 0 {
+			if werr := sleep(ctx, backoff(attempt)); werr != nil {
+				return werr
+			}
+		}
+		s.roundTrips.Add(1)
+		// The engine's consumed capacity for transactions is not counted
+		// (see Stats.TransactItems); the items are.
+		_, err = s.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			s.txItems.Add(int64(len(items)))
+			return nil
+		}
+		if !awserr.IsConflict(err) {
+			return err
+		}
+	}
+	return err
 }

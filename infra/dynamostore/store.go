@@ -18,6 +18,7 @@
 package dynamostore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/tollgate/tollgate/infra/awserr"
+	"github.com/tollgate/tollgate/infra/lru"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/reconcile"
 )
@@ -69,7 +71,17 @@ type Options struct {
 	// CompensationTimeout bounds the writes that undo a refused charge,
 	// which run even when the caller's context is done. Default 5 s.
 	CompensationTimeout time.Duration
-	Logger              *slog.Logger
+	// ChargeTimeout bounds one admission's writes: after it a write that
+	// has not landed is taken not to land. Default 3 s.
+	ChargeTimeout time.Duration
+	// OrphanGrace is how old a slot whose lease does not exist must be
+	// before a full gauge's audit gives it back: longer than any admission
+	// takes to write its lease. Default 4 × ChargeTimeout.
+	OrphanGrace time.Duration
+	// AuditInterval is how often one process audits one full gauge for
+	// orphaned slots at most. Default 1 s.
+	AuditInterval time.Duration
+	Logger        *slog.Logger
 }
 
 // Store is a limiter.Store on DynamoDB. It is safe for concurrent use.
@@ -79,8 +91,9 @@ type Store struct {
 	opts   Options
 	log    *slog.Logger
 
-	prev    prevCache
+	prev    *lru.Cache[string, prevEntry]
 	rejects rejectCache
+	audits  *lru.Cache[string, time.Time] // when this process last audited a gauge
 
 	wall func() time.Time // for TTLs only, never for decisions
 
@@ -117,6 +130,15 @@ func New(o Options) (*Store, error) {
 	if o.CompensationTimeout <= 0 {
 		o.CompensationTimeout = 5 * time.Second
 	}
+	if o.ChargeTimeout <= 0 {
+		o.ChargeTimeout = 3 * time.Second
+	}
+	if o.OrphanGrace <= 0 {
+		o.OrphanGrace = 4 * o.ChargeTimeout
+	}
+	if o.AuditInterval <= 0 {
+		o.AuditInterval = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -125,8 +147,9 @@ func New(o Options) (*Store, error) {
 		tables:  Names(o.TablePrefix),
 		opts:    o,
 		log:     o.Logger,
-		prev:    prevCache{m: map[string]prevEntry{}},
-		rejects: rejectCache{m: map[string]rejectEntry{}},
+		prev:    lru.New[string, prevEntry](maxPrevEntries),
+		rejects: rejectCache{lru.New[string, rejectEntry](maxRejectEntries)},
+		audits:  lru.New[string, time.Time](maxAuditEntries),
 		wall:    time.Now,
 	}, nil
 }
@@ -208,29 +231,43 @@ func (s *Store) account(isRead bool, cc ...types.ConsumedCapacity) {
 
 // Charge implements limiter.Store.
 func (s *Store) Charge(ctx context.Context, now time.Time, charges []limiter.Charge, lease *limiter.Lease) (limiter.Outcome, error) {
+	if err := limiter.CheckCharges(charges); err != nil {
+		return limiter.Outcome{}, err
+	}
+	if err := limiter.CheckLease(lease); err != nil {
+		return limiter.Outcome{}, err
+	}
 	keys := make([]string, len(charges))
 	for i := range charges {
-		keys[i] = CounterKey(charges[i].Counter)
+		c := &charges[i]
+		if c.Period == limiter.Concurrent && (lease == nil || c.Amount != 1) {
+			return limiter.Outcome{}, errors.New("dynamostore: a slot is one unit held by a lease")
+		}
+		keys[i] = CounterKey(c.Counter)
 	}
 	if out, ok := s.rejects.check(now, s.opts.RejectCacheTTL, charges, keys); ok {
 		return out, nil
 	}
+	// The admission's writes land within ChargeTimeout or not at all: what
+	// tells an orphaned slot from one whose lease is still being written.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ChargeTimeout)
+	defer cancel()
 	prevs, err := s.prevs(ctx, now, charges)
 	if err != nil {
 		return limiter.Outcome{}, err
 	}
-	out, err := s.charge(ctx, now, charges, keys, prevs, lease)
-	if err == nil && !out.Admitted && inFlightRefused(charges, out) {
-		// Leases whose process died hold their slots until they expire,
-		// and not a moment longer: release the expired ones and try once
-		// more.
+	out, full, err := s.charge(ctx, now, charges, keys, prevs, lease)
+	if err == nil && !out.Admitted && len(full) > 0 {
+		// A full gauge may hold slots no request uses any more: leases past
+		// their expiry (their process died), and slots whose lease ended
+		// without giving them back. Give those back; the limiter tries
+		// once more under a new lease.
 		released, rerr := s.reclaim(ctx, now, reclaimOnAdmission)
 		if rerr != nil {
 			s.log.Warn("reclaiming expired leases failed", "err", rerr)
 		}
-		if released > 0 {
-			out, err = s.charge(ctx, now, charges, keys, prevs, lease)
-		}
+		orphans := s.audit(ctx, now, full)
+		out.Reclaimed = released+orphans > 0
 	}
 	if err == nil && !out.Admitted {
 		s.rejects.remember(now, s.opts.RejectCacheTTL, charges, keys, out.States)
@@ -238,41 +275,57 @@ func (s *Store) Charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	return out, err
 }
 
-func inFlightRefused(charges []limiter.Charge, out limiter.Outcome) bool {
-	for i, st := range out.States {
-		if st.Refused && charges[i].Counter.Kind == limiter.KindInFlight {
-			return true
-		}
-	}
-	return false
-}
+// applied says whether a write took effect.
+type applied uint8
+
+const (
+	notApplied applied = iota
+	wasApplied
+	// mayHaveApplied: the write failed ambiguously and could not be
+	// verified.
+	mayHaveApplied
+)
 
 type addResult struct {
 	cur     int64
 	refused bool
+	applied applied
 	err     error
 }
 
+// fullGauge is a gauge that refused, with the slots it holds, for the
+// orphan audit.
+type fullGauge struct {
+	key     string
+	entries []string
+}
+
 // charge runs one round of parallel conditional writes, and compensates
-// them if any was refused or failed.
-func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Charge, keys []string, prevs []int64, lease *limiter.Lease) (limiter.Outcome, error) {
+// them if any was refused or failed. It returns the gauges that refused.
+func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Charge, keys []string, prevs []int64, lease *limiter.Lease) (limiter.Outcome, []fullGauge, error) {
 	res := make([]addResult, len(charges))
-	var leaseErr error
+	held := make([][]string, len(charges)) // a refused gauge's slots
+	var leaseRes addResult
 	calls := len(charges)
 	if lease != nil {
 		calls++
 	}
 	parallel(calls, func(i int) {
 		if i == len(charges) {
-			leaseErr = s.putLease(ctx, lease)
+			leaseRes = s.putLease(ctx, lease)
 			return
 		}
 		c := &charges[i]
+		if c.Period == limiter.Concurrent {
+			res[i], held[i] = s.acquire(ctx, keys[i], c, lease, now)
+			return
+		}
 		res[i] = s.add(ctx, keys[i], c, c.Ceiling(prevs[i], now), now)
 	})
 	states := make([]limiter.State, len(charges))
-	admitted := true
+	admitted := leaseRes.err == nil
 	var failure error
+	var full []fullGauge
 	for i, r := range res {
 		states[i] = limiter.State{Prev: prevs[i], Cur: r.cur, Refused: r.refused}
 		switch {
@@ -281,84 +334,128 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 			admitted = false
 		case r.refused:
 			admitted = false
+			if charges[i].Period == limiter.Concurrent {
+				full = append(full, fullGauge{key: keys[i], entries: held[i]})
+			}
 		}
 	}
-	if leaseErr != nil {
-		failure = errors.Join(failure, leaseErr)
-		admitted = false
+	if leaseRes.err != nil {
+		failure = errors.Join(failure, leaseRes.err)
 	}
 	if admitted {
-		return limiter.Outcome{Admitted: true, States: states}, nil
+		return limiter.Outcome{Admitted: true, States: states}, nil, nil
 	}
-	// Undo, even if the caller has gone: first the lease (so the orphan
-	// sweep will not release slots this request never held), then the
-	// counters that took the charge.
-	undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CompensationTimeout)
+	// Undo, even if the caller has gone: give back the slots (idempotent,
+	// so also those whose write may or may not have landed), take back the
+	// window charges known to have landed, and mark the lease refused so
+	// no sweep releases anything for it and no late write revives it.
+	undo, cancel := s.undoContext(ctx)
 	defer cancel()
-	if lease != nil && leaseErr == nil {
-		if err := s.finishLease(undo, now, lease.ID, StatusRefused, nil); err != nil {
-			s.log.Error("could not mark a refused lease; its slots stay charged until it expires", "lease", lease.ID, "err", err)
-		}
-	}
-	var undone []int
-	for i, r := range res {
-		if r.err == nil && !r.refused {
-			undone = append(undone, i)
-		}
-	}
-	parallel(len(undone), func(j int) {
-		i := undone[j]
-		c := &charges[i]
-		if err := s.compensate(undo, keys[i], c); err != nil {
-			s.log.Error("could not compensate a refused charge; the counter holds it until its window closes",
-				"counter", keys[i], "amount", c.Amount, "err", err)
+	var unreleased atomic.Bool
+	parallel(len(charges), func(i int) {
+		c, r := &charges[i], res[i]
+		switch {
+		case r.applied == notApplied:
+		case c.Period == limiter.Concurrent:
+			if _, err := s.releaseSlot(undo, keys[i], slotEntry(lease)); err != nil {
+				unreleased.Store(true)
+				s.log.Warn("could not give back a refused request's slot; the reconciler or the next full refusal will", "counter", keys[i], "err", err)
+			}
+		case r.applied == wasApplied:
+			if err := s.compensate(undo, keys[i], c); err != nil {
+				s.log.Error("could not take back a refused charge; the counter holds it until its window closes",
+					"counter", keys[i], "amount", c.Amount, "err", err)
+			}
+		default:
+			s.log.Warn("a charge's answer was lost and it could not be verified; it is kept (the counter may hold it until its window closes)",
+				"counter", keys[i], "amount", c.Amount)
 		}
 	})
-	for _, i := range undone {
-		states[i].Cur -= charges[i].Amount
+	if lease != nil {
+		if err := s.markRefused(undo, now, lease, !unreleased.Load()); err != nil {
+			s.log.Error("could not mark a refused lease; its slots are given back at its expiry", "lease", lease.ID, "err", err)
+		}
+	}
+	for i, r := range res {
+		if r.applied == wasApplied && r.err == nil && !r.refused {
+			states[i].Cur -= charges[i].Amount
+		}
 	}
 	if failure != nil {
-		return limiter.Outcome{}, failure
+		return limiter.Outcome{}, nil, failure
 	}
-	return limiter.Outcome{States: states}, nil
+	return limiter.Outcome{States: states}, full, nil
+}
+
+// undoContext bounds writes that must happen even when the caller has gone.
+func (s *Store) undoContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CompensationTimeout)
 }
 
 // add is the unit of truth: ADD amount to a counter if its value is at most
-// ceiling, in one conditional UpdateItem.
+// ceiling, in one conditional UpdateItem that also records a fresh writer
+// token. The SDK never resends it blindly; after an ambiguous failure the
+// token tells whether it landed.
 func (s *Store) add(ctx context.Context, key string, c *limiter.Charge, ceiling int64, now time.Time) addResult {
 	cond := "attribute_not_exists(#n) OR #n <= :m"
 	if ceiling < 0 {
 		cond = "#n <= :m" // nothing admits, not even an empty counter
 	}
-	update := "ADD #n :a SET #t = if_not_exists(#t, :t)"
-	if c.Period == limiter.Concurrent {
-		update = "ADD #n :a SET #t = :t" // a live gauge keeps itself alive
-	}
+	tok := writeToken()
 	s.roundTrips.Add(1)
 	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           &s.tables.Counters,
 		Key:                                 keyOf(key),
-		UpdateExpression:                    aws.String(update),
+		UpdateExpression:                    aws.String("ADD #n :a SET #t = if_not_exists(#t, :t), #w = :w"),
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            map[string]string{"#n": attrN, "#t": attrTTL},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": n(c.Amount), ":m": n(ceiling), ":t": n(s.counterTTL(c, now))},
+		ExpressionAttributeNames:            map[string]string{"#n": attrN, "#t": attrTTL, "#w": attrWriter},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": n(c.Amount), ":m": n(ceiling), ":t": n(s.counterTTL(c, now)), ":w": bin(tok)},
 		ReturnValues:                        types.ReturnValueUpdatedNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		ReturnConsumedCapacity:              types.ReturnConsumedCapacityIndexes,
-	})
-	if err != nil {
+	}, noBlindRetry)
+	switch {
+	case err == nil:
+		s.accountOut(out.ConsumedCapacity)
+		cur, derr := number(out.Attributes, attrN)
+		return addResult{cur: cur, applied: wasApplied, err: derr}
+	case awserr.IsConditionFailed(err):
 		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			cur, derr := number(ccf.Item, attrN)
-			return addResult{cur: cur, refused: true, err: derr}
-		}
+		errors.As(err, &ccf)
+		cur, derr := number(ccf.Item, attrN)
+		return addResult{cur: cur, refused: true, err: derr}
+	case awserr.NotApplied(err):
 		return addResult{err: awserr.Classify("charge "+key, err)}
 	}
-	if out.ConsumedCapacity != nil {
-		s.account(false, *out.ConsumedCapacity)
+	cur, ok := s.landed(ctx, key, tok)
+	if ok {
+		return addResult{cur: cur, applied: wasApplied}
 	}
-	cur, err := number(out.Attributes, attrN)
-	return addResult{cur: cur, err: err}
+	return addResult{applied: mayHaveApplied, err: awserr.Classify("charge "+key, err)}
+}
+
+// landed reads whether a counter's last write is the one with token tok,
+// and the counter's value.
+func (s *Store) landed(ctx context.Context, key string, tok []byte) (int64, bool) {
+	vctx, cancel := s.undoContext(ctx)
+	defer cancel()
+	got, err := s.getItems(vctx, s.tables.Counters, []string{key}, attrPK, attrN, attrWriter)
+	if err != nil {
+		return 0, false
+	}
+	item := got[key]
+	w, _ := item[attrWriter].(*types.AttributeValueMemberB)
+	if w == nil || !bytes.Equal(w.Value, tok) {
+		return 0, false
+	}
+	cur, err := number(item, attrN)
+	return cur, err == nil
+}
+
+func (s *Store) accountOut(cc *types.ConsumedCapacity) {
+	if cc != nil {
+		s.account(false, *cc)
+	}
 }
 
 // counterTTL is when a counter item may be deleted: a window counter one
@@ -383,41 +480,49 @@ func (s *Store) ttlAfter(t time.Time) int64 {
 	return unixSec(t.Add(s.opts.LeaseRetention))
 }
 
-// compensate takes back a charge: unconditional for windows; a gauge never
-// goes below zero.
+// compensate takes back a window charge that landed, never below zero.
+// Like the charge it is never resent blindly: resent after it landed, it
+// would take the charge back twice and let the window admit more than its
+// limit. A compensation whose answer is lost and cannot be verified leaves
+// the charge counted, the safe side.
 func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) error {
-	in := &dynamodb.UpdateItemInput{
-		TableName:                 &s.tables.Counters,
-		Key:                       keyOf(key),
-		UpdateExpression:          aws.String("ADD #n :a"),
-		ExpressionAttributeNames:  map[string]string{"#n": attrN},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(-c.Amount)},
-		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
-	}
-	if c.Period == limiter.Concurrent {
-		in.ConditionExpression = aws.String("#n >= :min")
-		in.ExpressionAttributeValues[":min"] = n(c.Amount)
-	}
-	s.roundTrips.Add(1)
-	out, err := s.api.UpdateItem(ctx, in)
-	if awserr.IsConditionFailed(err) {
-		s.log.Error("gauge release would go below zero; skipped", "counter", key)
+	tok := writeToken()
+	err := retryUnapplied(ctx, 3, func() error {
+		s.roundTrips.Add(1)
+		out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 &s.tables.Counters,
+			Key:                       keyOf(key),
+			UpdateExpression:          aws.String("ADD #n :a SET #w = :w"),
+			ConditionExpression:       aws.String("#n >= :min"),
+			ExpressionAttributeNames:  map[string]string{"#n": attrN, "#w": attrWriter},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(-c.Amount), ":min": n(c.Amount), ":w": bin(tok)},
+			ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
+		}, noBlindRetry)
+		if err == nil {
+			s.accountOut(out.ConsumedCapacity)
+		}
+		return err
+	})
+	switch {
+	case err == nil:
 		return nil
-	}
-	if err != nil {
+	case awserr.IsConditionFailed(err):
+		s.log.Error("taking back a charge would take the counter below zero; skipped", "counter", key)
+		return nil
+	case awserr.NotApplied(err):
 		return awserr.Classify("compensate "+key, err)
 	}
-	if out.ConsumedCapacity != nil {
-		s.account(false, *out.ConsumedCapacity)
+	if _, ok := s.landed(ctx, key, tok); ok {
+		return nil
 	}
-	return nil
+	return awserr.Classify("compensate "+key+" (unverified; the charge stays counted)", err)
 }
 
 // indexShard names the by_expiry partition of a lease that holds a slot,
 // and is "" for one that holds none: only slots need releasing when a
 // process dies; a reservation stays charged anyway.
 func (s *Store) indexShard(l *limiter.Lease) string {
-	if !slices.ContainsFunc(l.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight }) {
+	if !holdsSlots(l) {
 		return ""
 	}
 	id := l.ID
@@ -428,28 +533,36 @@ func (s *Store) indexShard(l *limiter.Lease) string {
 	return fmt.Sprintf("a%d", h%uint32(s.opts.LeaseIndexShards))
 }
 
-func (s *Store) putLease(ctx context.Context, l *limiter.Lease) error {
+func holdsSlots(l *limiter.Lease) bool {
+	return slices.ContainsFunc(l.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight })
+}
+
+// putLease writes a new lease. Resent after it landed, its condition
+// fails on the item it wrote: recognised by the admission instant, that is
+// success.
+func (s *Store) putLease(ctx context.Context, l *limiter.Lease) addResult {
 	s.roundTrips.Add(1)
 	out, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &s.tables.Leases,
-		Item:      leaseItem(l, s.indexShard(l), s.ttlAfter(l.ExpiresAt)),
-		// A lease refused a moment ago is written again when the charge is
-		// retried after reclaiming expired slots.
-		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #s = :refused"),
-		ExpressionAttributeNames:  map[string]string{"#id": attrID, "#s": attrStatus},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":refused": sv(StatusRefused)},
-		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
+		TableName:                           &s.tables.Leases,
+		Item:                                leaseItem(l, s.indexShard(l), s.ttlAfter(l.ExpiresAt)),
+		ConditionExpression:                 aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames:            map[string]string{"#id": attrID},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnConsumedCapacity:              types.ReturnConsumedCapacityIndexes,
 	})
-	if awserr.IsConditionFailed(err) {
-		return fmt.Errorf("lease %q already exists", l.ID)
+	if err == nil {
+		s.accountOut(out.ConsumedCapacity)
+		return addResult{applied: wasApplied}
 	}
-	if err != nil {
-		return awserr.Classify("put lease", err)
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		adm, _ := number(ccf.Item, attrAdmitted)
+		if str(ccf.Item, attrStatus) == StatusActive && adm == unixMilli(l.AdmittedAt) {
+			return addResult{applied: wasApplied}
+		}
+		return addResult{err: fmt.Errorf("lease %q already exists (%s)", l.ID, str(ccf.Item, attrStatus))}
 	}
-	if out.ConsumedCapacity != nil {
-		s.account(false, *out.ConsumedCapacity)
-	}
-	return nil
+	return addResult{applied: mayHaveApplied, err: awserr.Classify("put lease", err)}
 }
 
 // parallel runs fn(0..n-1) concurrently and waits for all.

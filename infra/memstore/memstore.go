@@ -19,10 +19,12 @@ import (
 	"github.com/tollgate/tollgate/limiter/reconcile"
 )
 
-// keep is how long a window's counter is kept after the window closes: one
-// more period (it is the next window's prev) and then some, for
-// settlements that arrive late.
-const settleGrace = 24 * time.Hour
+// settleGrace is how long a window's counter is kept after it stops being
+// anyone's previous window, for settlements that arrive late, and how long
+// a lease is remembered after it expired, for a late completion and
+// against a settlement replayed. The in-process reconciler runs every few
+// seconds, so an hour is ample.
+const settleGrace = time.Hour
 
 // Store is an in-memory limiter.Store. The zero value is not usable; call
 // New.
@@ -32,9 +34,12 @@ type Store struct {
 	leases   map[string]*lease
 	expiry   leaseHeap // active leases by expiry
 	settled  map[string]time.Time
-	events   []Event
-	first    uint64 // sequence number of events[0]
-	swept    time.Time
+	// expired remembers leases that expired without completing, until
+	// settleGrace after their expiry, so a late completion is settled.
+	expired map[string]*limiter.Lease
+	events  []Event
+	first   uint64 // sequence number of events[0]
+	swept   time.Time
 
 	cooldowns map[string]time.Time
 }
@@ -57,11 +62,18 @@ func New() *Store {
 		counters: map[limiter.Counter]cell{},
 		leases:   map[string]*lease{},
 		settled:  map[string]time.Time{},
+		expired:  map[string]*limiter.Lease{},
 	}
 }
 
 // Charge implements limiter.Store.
 func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charge, l *limiter.Lease) (limiter.Outcome, error) {
+	if err := limiter.CheckCharges(charges); err != nil {
+		return limiter.Outcome{}, err
+	}
+	if err := limiter.CheckLease(l); err != nil {
+		return limiter.Outcome{}, err
+	}
 	states := make([]limiter.State, len(charges))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,7 +109,8 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 		states[i].Cur += c.Amount
 	}
 	if l != nil {
-		ls := &lease{Lease: l}
+		cp := *l // the caller keeps its own; Renew changes this one
+		ls := &lease{Lease: &cp}
 		s.leases[l.ID] = ls
 		heap.Push(&s.expiry, ls)
 	}
@@ -105,15 +118,35 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 }
 
 // Complete implements limiter.Store.
-func (s *Store) Complete(_ context.Context, now time.Time, leaseID string, used limiter.Usage) error {
+func (s *Store) Complete(_ context.Context, now time.Time, l *limiter.Lease, used limiter.Usage) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ls, ok := s.leases[leaseID]
-	if !ok {
-		return nil // completed before, or expired and released
+	if ls, ok := s.leases[l.ID]; ok {
+		s.finish(ls, StatusCompleted, used, now)
+		return nil
 	}
-	s.finish(ls, StatusCompleted, used, now)
-	return nil
+	if el, ok := s.expired[l.ID]; ok {
+		// Completed after its expiry released its slots: its usage is
+		// still settled, once.
+		delete(s.expired, l.ID)
+		s.events = append(s.events, Event{Seq: s.first + uint64(len(s.events)), Lease: el, Status: StatusCompleted, Used: used, At: now})
+	}
+	return nil // completed before, or unknown
+}
+
+// Renew implements limiter.Store.
+func (s *Store) Renew(_ context.Context, now time.Time, l *limiter.Lease, until time.Time) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls, ok := s.leases[l.ID]
+	if !ok || !ls.ExpiresAt.After(now) {
+		return false, nil
+	}
+	if until.After(ls.ExpiresAt) {
+		ls.ExpiresAt = until
+		heap.Fix(&s.expiry, ls.index)
+	}
+	return true, nil
 }
 
 // Settle implements limiter.Store.
@@ -134,7 +167,7 @@ func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int
 			}
 		}
 		if changed {
-			s.settled[id] = st.Lease.ExpiresAt
+			s.settled[id] = maxTime(st.Lease.ExpiresAt, st.Lease.AdmittedAt)
 			applied++
 		}
 	}
@@ -171,13 +204,25 @@ func (s *Store) state(c *limiter.Charge) limiter.State {
 	return st
 }
 
+// add changes a counter by d, saturating, and never below zero.
 func (s *Store) add(c *limiter.Charge, d int64) {
 	cl := s.counters[c.Counter]
-	cl.n += d
+	cl.n = max(0, limiter.SatAdd(cl.n, d))
 	if c.Period != limiter.Concurrent && cl.expires == 0 {
 		cl.expires = c.WindowEnd().Add(c.Period + settleGrace).UnixNano()
 	}
+	if cl.n == 0 && c.Period == limiter.Concurrent {
+		delete(s.counters, c.Counter)
+		return
+	}
 	s.counters[c.Counter] = cl
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // finish ends an active lease: releases its in-flight charges, records the
@@ -191,6 +236,9 @@ func (s *Store) finish(ls *lease, status Status, used limiter.Usage, now time.Ti
 	delete(s.leases, ls.ID)
 	if ls.index >= 0 {
 		heap.Remove(&s.expiry, ls.index)
+	}
+	if status == StatusExpired {
+		s.expired[ls.ID] = ls.Lease
 	}
 	s.events = append(s.events, Event{
 		Seq:    s.first + uint64(len(s.events)),
@@ -227,6 +275,11 @@ func (s *Store) sweep(now time.Time) {
 	for id, exp := range s.settled {
 		if now.Sub(exp) > settleGrace {
 			delete(s.settled, id)
+		}
+	}
+	for id, l := range s.expired {
+		if now.Sub(l.ExpiresAt) > settleGrace {
+			delete(s.expired, id)
 		}
 	}
 }
@@ -277,9 +330,9 @@ func (s *Store) Trim(seq uint64) {
 	s.first += uint64(n)
 }
 
-// ReleaseRemoved implements reconcile.Store. The embedded store never
-// deletes an active lease, so there is nothing to release.
-func (s *Store) ReleaseRemoved(context.Context, []limiter.Lease) (int, error) { return 0, nil }
+// Release implements reconcile.Store. The embedded store releases slots
+// in the same step that ends a lease, so there is never anything left.
+func (s *Store) Release(context.Context, []limiter.Lease) (int, error) { return 0, nil }
 
 var _ reconcile.Store = (*Store)(nil)
 
@@ -303,7 +356,7 @@ func (f *feed) Next(_ context.Context, max int) (*reconcile.Batch, error) {
 		if e.Status == StatusExpired {
 			kind = reconcile.Expired
 		}
-		changes[i] = reconcile.Change{ID: strconv.FormatUint(e.Seq, 10), Kind: kind, Lease: *e.Lease, Used: e.Used, At: e.At}
+		changes[i] = reconcile.Change{ID: strconv.FormatUint(e.Seq, 10), Kind: kind, Lease: *e.Lease, Used: e.Used, At: e.At, Released: true}
 	}
 	return &reconcile.Batch{Changes: changes, Commit: func(context.Context) error {
 		f.next = next

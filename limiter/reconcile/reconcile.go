@@ -35,10 +35,14 @@ const (
 	// Removed: the lease item was deleted while still active (TTL
 	// deletion of a lease no sweep expired). Release its slots.
 	Removed
+	// Refused: the admission was refused after the lease was written (or
+	// its write's answer was lost). Its slots are released if that was not
+	// done then.
+	Refused
 )
 
 func (k Kind) String() string {
-	return [...]string{"other", "completed", "expired", "removed"}[k]
+	return [...]string{"other", "completed", "expired", "removed", "refused"}[k]
 }
 
 // Change is one lease change read from a source.
@@ -51,6 +55,10 @@ type Change struct {
 	Used  limiter.Usage
 	// At is when the change was written (approximately); zero if unknown.
 	At time.Time
+	// Released says the lease's slots were given back when it ended. When
+	// false, the reconciler releases them (idempotently): a completion
+	// whose release failed is not left to hold its slot until expiry.
+	Released bool
 }
 
 // Batch is a run of changes read from a source.
@@ -76,9 +84,10 @@ type Store interface {
 	// Expire releases the slots of leases past their expiry that never
 	// completed, and returns how many.
 	Expire(ctx context.Context, now time.Time) (int, error)
-	// ReleaseRemoved releases, exactly once each, the slots of leases that
-	// were deleted while still active, and returns how many it released.
-	ReleaseRemoved(ctx context.Context, leases []limiter.Lease) (int, error)
+	// Release gives back the slots the leases hold, if they still do; it
+	// is idempotent, so releasing a slot given back before changes
+	// nothing. It returns how many leases it released slots of.
+	Release(ctx context.Context, leases []limiter.Lease) (int, error)
 }
 
 // Config configures a Reconciler.
@@ -91,7 +100,9 @@ type Config struct {
 	// BatchSize bounds one read; default 1000.
 	BatchSize int
 	// Margin is how long before its context's deadline a run stops taking
-	// new batches, to commit and return cleanly. Default 5 s.
+	// new batches, to commit and return cleanly. Default 5 s; a run whose
+	// whole budget is short keeps at most a fifth of it as margin, so it
+	// always has time to read.
 	Margin time.Duration
 }
 
@@ -128,7 +139,8 @@ type Report struct {
 	Settled    int // settlements applied now
 	Duplicates int // completed leases already settled before
 	Expired    int // leases found expired (their slots released by a sweep)
-	Released   int // slots of removed leases released now
+	Refused    int // refused admissions seen
+	Released   int // leases whose slots the reconciler released (removed, or not released when they ended)
 	Swept      int // expired leases this run's sweep released
 	// Lag is how far behind the newest change read was, when known.
 	Lag time.Duration
@@ -160,6 +172,7 @@ func (r *Report) add(o Report) {
 	r.Settled += o.Settled
 	r.Duplicates += o.Duplicates
 	r.Expired += o.Expired
+	r.Refused += o.Refused
 	r.Released += o.Released
 	r.Swept += o.Swept
 	if o.Lag > 0 {
@@ -193,8 +206,12 @@ func (rc *Reconciler) Run(ctx context.Context) (Report, error) {
 		rc.log.Warn("expiry sweep failed; it runs again next time", "err", err)
 	}
 	deadline, hasDeadline := ctx.Deadline()
+	margin := rc.cfg.Margin
+	if hasDeadline {
+		margin = min(margin, deadline.Sub(start)/5)
+	}
 	for {
-		if hasDeadline && rc.cfg.Now().Add(rc.cfg.Margin).After(deadline) {
+		if hasDeadline && rc.cfg.Now().Add(margin).After(deadline) {
 			rep.Stopped = true
 			break
 		}
@@ -252,7 +269,7 @@ func (rc *Reconciler) Apply(ctx context.Context, changes []Change) (Report, []st
 func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, error) {
 	rep := Report{Read: len(changes), Routes: map[string]*RouteError{}}
 	var settlements []limiter.Settlement
-	var removed []limiter.Lease
+	var release []limiter.Lease
 	var newest time.Time
 	for i := range changes {
 		c := &changes[i]
@@ -280,10 +297,11 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 			}
 		case Expired:
 			rep.Expired++
-		case Removed:
-			if slices.ContainsFunc(c.Lease.Charges, func(ch limiter.Charge) bool { return ch.Counter.Kind == limiter.KindInFlight }) {
-				removed = append(removed, c.Lease)
-			}
+		case Refused:
+			rep.Refused++
+		}
+		if holdsSlots(&c.Lease) && (c.Kind == Removed || (c.Kind != Other && !c.Released)) {
+			release = append(release, c.Lease)
 		}
 	}
 	if !newest.IsZero() {
@@ -297,14 +315,18 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 		}
 		rep.Duplicates = len(settlements) - n - nothingToCorrect(settlements)
 	}
-	if len(removed) > 0 {
-		n, err := rc.cfg.Store.ReleaseRemoved(ctx, removed)
+	if len(release) > 0 {
+		n, err := rc.cfg.Store.Release(ctx, release)
 		rep.Released = n
 		if err != nil {
-			return rep, fmt.Errorf("release removed leases: %w", err)
+			return rep, fmt.Errorf("release slots: %w", err)
 		}
 	}
 	return rep, nil
+}
+
+func holdsSlots(l *limiter.Lease) bool {
+	return slices.ContainsFunc(l.Charges, func(ch limiter.Charge) bool { return ch.Counter.Kind == limiter.KindInFlight })
 }
 
 // nothingToCorrect counts settlements whose usage equals their reservation
@@ -326,7 +348,8 @@ func (rc *Reconciler) logRun(rep Report, start time.Time, err error) {
 		"settled", rep.Settled,
 		"skipped_duplicates", rep.Duplicates,
 		"expired_seen", rep.Expired,
-		"removed_released", rep.Released,
+		"refused_seen", rep.Refused,
+		"slots_released", rep.Released,
 		"expired_swept", rep.Swept,
 		"lag_ms", rep.Lag.Milliseconds(),
 		"stopped_for_budget", rep.Stopped,
@@ -351,9 +374,12 @@ func (rc *Reconciler) logRun(rep Report, start time.Time, err error) {
 		rc.log.Error("reconciler run failed; the unapplied batch is read again next run", append(attrs, "err", err.Error())...)
 		return
 	}
-	if rep.Read == 0 && rep.Swept == 0 {
+	switch {
+	case rep.Stopped:
+		rc.log.Warn("reconciler run stopped for its time budget; the next run goes on from the checkpoint", attrs...)
+	case rep.Read == 0 && rep.Swept == 0:
 		rc.log.Debug("reconciler run", attrs...)
-		return
+	default:
+		rc.log.Info("reconciler run", attrs...)
 	}
-	rc.log.Info("reconciler run", attrs...)
 }

@@ -17,11 +17,15 @@ type sliceSource struct {
 	batches   [][]reconcile.Change
 	committed int
 	failNext  bool
+	onNext    func() // called for each batch read, e.g. to advance a clock
 }
 
 func (s *sliceSource) Next(context.Context, int) (*reconcile.Batch, error) {
 	if s.committed >= len(s.batches) {
 		return nil, nil
+	}
+	if s.onNext != nil {
+		s.onNext()
 	}
 	b := s.batches[s.committed]
 	return &reconcile.Batch{Changes: b, Commit: func(context.Context) error {
@@ -117,21 +121,39 @@ func TestRunCommitsEachBatchAndResumes(t *testing.T) {
 }
 
 func TestRunStopsBeforeItsDeadline(t *testing.T) {
-	src := &sliceSource{batches: [][]reconcile.Change{{completed("1", 10, 5)}, {completed("2", 10, 5)}, {completed("3", 10, 5)}}}
-	// Each look at the clock finds it 2 s later: the run starts at +2 s,
-	// checks at +4 (with a 5 s margin, inside a 10 s budget), applies a
-	// batch, checks at +8 and stops.
+	// Each batch takes 10 s. With a 24 s budget the run reads batches at
+	// +0 and +10, and at +20 stops: the margin (5 s, or a fifth of the
+	// budget, 4.8 s) would overrun the deadline.
 	start := time.Now()
 	now := start
+	src := &sliceSource{batches: [][]reconcile.Change{{completed("1", 10, 5)}, {completed("2", 10, 5)}, {completed("3", 10, 5)}},
+		onNext: func() { now = now.Add(10 * time.Second) }}
 	rc, _ := reconcile.New(reconcile.Config{Source: src, Store: memstore.New(), Margin: 5 * time.Second,
-		Now: func() time.Time { now = now.Add(2 * time.Second); return now }})
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(10*time.Second))
+		Now: func() time.Time { return now }})
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(24*time.Second))
 	defer cancel()
 	rep, err := rc.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Stopped || src.committed != 1 {
-		t.Fatalf("run %+v committed %d, want it to stop after one batch", rep, src.committed)
+	if !rep.Stopped || src.committed != 2 {
+		t.Fatalf("run %+v committed %d, want it to stop after two batches", rep, src.committed)
+	}
+}
+
+// A run whose whole budget is shorter than the margin still reads: the
+// local loop gives each run one interval (5 s by default), the margin's
+// default.
+func TestShortBudgetStillReads(t *testing.T) {
+	src := &sliceSource{batches: [][]reconcile.Change{{completed("1", 10, 5)}, {completed("2", 10, 5)}}}
+	rc, _ := reconcile.New(reconcile.Config{Source: src, Store: memstore.New()})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rep, err := rc.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Stopped || src.committed != 2 || rep.Settled != 2 {
+		t.Fatalf("run with a 5 s budget: %+v, committed %d; want both batches settled", rep, src.committed)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,11 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"HammerOneRule", testHammerOneRule},
 		{"HammerThreeRules", testHammerThreeRules},
 		{"HammerInFlight", testHammerInFlight},
+		{"RefusesBadAmounts", testRefusesBadAmounts},
+		{"RenewKeepsSlot", testRenewKeepsSlot},
+		{"SplitChargeSettledPerPart", testSplitChargeSettledPerPart},
+		{"CountersNeverBelowZero", testCountersNeverBelowZero},
+		{"HammerAdmitComplete", testHammerAdmitComplete},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,9 +75,16 @@ func gauge(rule string, limit int64) limiter.Charge {
 	}
 }
 
+// charge charges cs as the limiter does: a refusal after which the store
+// reclaimed slots is charged once more, under a new lease.
 func charge(t *testing.T, s limiter.Store, now time.Time, l *limiter.Lease, cs ...limiter.Charge) limiter.Outcome {
 	t.Helper()
 	out, err := s.Charge(context.Background(), now, cs, l)
+	if err == nil && !out.Admitted && out.Reclaimed && l != nil {
+		again := *l
+		again.ID += "~r"
+		out, err = s.Charge(context.Background(), now, cs, &again)
+	}
 	if err != nil {
 		t.Fatalf("Charge: %v", err)
 	}
@@ -94,11 +107,12 @@ var leaseSeq atomic.Int64
 
 func newLease(now time.Time, ttl time.Duration, cs ...limiter.Charge) *limiter.Lease {
 	return &limiter.Lease{
-		ID:        fmt.Sprintf("lease-%d-%d", now.UnixNano(), leaseSeq.Add(1)),
-		ExpiresAt: now.Add(ttl),
-		UserPath:  "/suite",
-		Route:     "chat",
-		Charges:   cs,
+		ID:         fmt.Sprintf("l%x-%d", now.UnixNano(), leaseSeq.Add(1)),
+		AdmittedAt: now,
+		ExpiresAt:  now.Add(ttl),
+		UserPath:   "/suite",
+		Route:      "chat",
+		Charges:    cs,
 	}
 }
 
@@ -225,16 +239,16 @@ func testInFlightReleasedOnComplete(t *testing.T, open Opener) {
 	if out := charge(t, s, now, newLease(now, time.Hour, g), g); out.Admitted || out.States[0].Cur != 2 {
 		t.Fatalf("third in-flight admitted past limit 2: %+v", out)
 	}
-	if err := s.Complete(ctx, now, l1.ID, limiter.Usage{Exact: true}); err != nil {
+	if err := s.Complete(ctx, now, l1, limiter.Usage{Exact: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, now, l1.ID, limiter.Usage{Exact: true}); err != nil {
+	if err := s.Complete(ctx, now, l1, limiter.Usage{Exact: true}); err != nil {
 		t.Fatalf("second Complete: %v", err)
 	}
 	if st := read(t, s, now, g); st[0].Cur != 1 {
 		t.Fatalf("after completing one lease twice, %d in flight, want 1", st[0].Cur)
 	}
-	if err := s.Complete(ctx, now, "never-admitted", limiter.Usage{}); err != nil {
+	if err := s.Complete(ctx, now, newLease(now, time.Hour, g), limiter.Usage{}); err != nil {
 		t.Fatalf("Complete of an unknown lease: %v", err)
 	}
 }
@@ -258,7 +272,7 @@ func testExpiredLeaseStopsCounting(t *testing.T, open Opener) {
 		t.Fatalf("slot still held after the lease expired: %+v", out)
 	}
 	// Completing the expired lease late releases nothing more.
-	if err := s.Complete(ctx, at, dead.ID, limiter.Usage{Exact: true}); err != nil {
+	if err := s.Complete(ctx, at, dead, limiter.Usage{Exact: true}); err != nil {
 		t.Fatal(err)
 	}
 	if st := read(t, s, at, g); st[0].Cur != 1 {
@@ -277,7 +291,7 @@ func testSettleExactlyOnce(t *testing.T, open Opener) {
 	l := newLease(now, time.Hour, tok, in, out, req)
 	l.Reserved = limiter.Usage{InputTokens: 50, OutputTokens: 100}
 	charge(t, s, now, l, tok, in, out, req)
-	if err := s.Complete(ctx, now, l.ID, limiter.Usage{InputTokens: 70, OutputTokens: 20, Exact: true}); err != nil {
+	if err := s.Complete(ctx, now, l, limiter.Usage{InputTokens: 70, OutputTokens: 20, Exact: true}); err != nil {
 		t.Fatal(err)
 	}
 	st := limiter.Settlement{Lease: l, Used: limiter.Usage{InputTokens: 70, OutputTokens: 20, Exact: true}}
@@ -427,5 +441,157 @@ func testHammerInFlight(t *testing.T, open Opener) {
 	st := read(t, open(), now, g, req)
 	if st[0].Cur != 7 || st[1].Cur != 7 {
 		t.Fatalf("gauge %d, request counter %d; want 7 and 7", st[0].Cur, st[1].Cur)
+	}
+}
+
+func testRefusesBadAmounts(t *testing.T, open Opener) {
+	s := open()
+	now := T0
+	for _, amount := range []int64{-1, -1 << 62, limiter.MaxAmount + 1, 1<<63 - 1} {
+		c := window("bad-amount", limiter.KindTokens, time.Minute, 1000, amount, now)
+		_, err := s.Charge(context.Background(), now, []limiter.Charge{c}, nil)
+		if !errors.Is(err, limiter.ErrInvalidAmount) {
+			t.Fatalf("a charge of %d: %v, want ErrInvalidAmount", amount, err)
+		}
+	}
+	if st := read(t, s, now, window("bad-amount", limiter.KindTokens, time.Minute, 1000, 1, now)); st[0].Cur != 0 {
+		t.Fatalf("a refused bad charge left %d on the counter", st[0].Cur)
+	}
+	g := gauge("bad-lease", 1)
+	long := newLease(now, time.Minute, g)
+	long.ID = strings.Repeat("x", limiter.MaxLeaseIDLen+1)
+	if _, err := s.Charge(context.Background(), now, []limiter.Charge{g}, long); !errors.Is(err, limiter.ErrInvalidLease) {
+		t.Fatalf("a lease id of %d bytes: %v, want ErrInvalidLease", len(long.ID), err)
+	}
+}
+
+func testRenewKeepsSlot(t *testing.T, open Opener) {
+	s := open()
+	ctx := context.Background()
+	now := T0
+	g := gauge("renew", 1)
+	l := newLease(now, time.Minute, g)
+	charge(t, s, now, l, g)
+	// Renewed at 40 s for another minute, the slot is held past the first
+	// expiry.
+	ok, err := s.Renew(ctx, now.Add(40*time.Second), l, now.Add(100*time.Second))
+	if err != nil || !ok {
+		t.Fatalf("Renew of an active lease: %v, %v", ok, err)
+	}
+	at := now.Add(90 * time.Second)
+	if out := charge(t, s, at, newLease(at, time.Minute, g), g); out.Admitted {
+		t.Fatal("a renewed lease lost its slot at its first expiry")
+	}
+	// Past the renewed expiry it is gone, and renewing it fails.
+	after := now.Add(100 * time.Second)
+	if ok, err := s.Renew(ctx, after, l, after.Add(time.Minute)); err != nil || ok {
+		t.Fatalf("Renew of an expired lease: %v, %v; want false", ok, err)
+	}
+	if out := charge(t, s, after, newLease(after, time.Minute, g), g); !out.Admitted {
+		t.Fatal("the slot is still held after the renewed lease expired")
+	}
+	// A completed lease cannot be renewed.
+	done := newLease(after, time.Minute, gauge("renew-done", 1))
+	charge(t, s, after, done, done.Charges...)
+	if err := s.Complete(ctx, after, done, limiter.Usage{Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Renew(ctx, after, done, after.Add(time.Minute)); err != nil || ok {
+		t.Fatalf("Renew of a completed lease: %v, %v; want false", ok, err)
+	}
+}
+
+func testSplitChargeSettledPerPart(t *testing.T, open Opener) {
+	s := open()
+	ctx := context.Background()
+	now := T0.Add(time.Second)
+	a := window("split", limiter.KindTokens, time.Minute, 100, 60, now)
+	b := a
+	b.Counter.Shard, b.Amount = 1, 40
+	l := newLease(now, time.Hour, a, b)
+	l.Reserved = limiter.Usage{InputTokens: 100}
+	charge(t, s, now, l, a, b)
+	// 10 used of 100 reserved: the refund of 90 takes 60 from the first
+	// part and 30 from the second, never more than a part charged.
+	if _, err := s.Settle(ctx, []limiter.Settlement{{Lease: l, Used: limiter.Usage{InputTokens: 10, Exact: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, s, now, a, b)
+	if got[0].Cur != 0 || got[1].Cur != 10 {
+		t.Fatalf("after settling a split charge the parts hold %d and %d, want 0 and 10", got[0].Cur, got[1].Cur)
+	}
+}
+
+func testCountersNeverBelowZero(t *testing.T, open Opener) {
+	s := open()
+	ctx := context.Background()
+	now := T0
+	g := gauge("floor", 3)
+	l := newLease(now, time.Hour, g)
+	charge(t, s, now, l, g)
+	for range 3 {
+		if err := s.Complete(ctx, now, l, limiter.Usage{Exact: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Completing leases the store never admitted releases nothing.
+	for range 3 {
+		if err := s.Complete(ctx, now, newLease(now, time.Hour, g), limiter.Usage{Exact: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := read(t, s, now, g); st[0].Cur != 0 {
+		t.Fatalf("gauge at %d after one admission and its repeated completion, want 0", st[0].Cur)
+	}
+	// Three fit again: nothing was released twice into negative room.
+	n := 0
+	for range 5 {
+		if charge(t, s, now, newLease(now, time.Hour, g), g).Admitted {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d admitted on a gauge of 3 after the releases, want 3", n)
+	}
+	// A settlement refund never takes a window below zero.
+	tok := window("floor-tok", limiter.KindTokens, time.Minute, 1000, 50, now)
+	tl := newLease(now, time.Hour, tok)
+	tl.Reserved = limiter.Usage{InputTokens: 50}
+	charge(t, s, now, tl, tok)
+	if _, err := s.Settle(ctx, []limiter.Settlement{{Lease: tl, Used: limiter.Usage{Exact: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := read(t, s, now, tok); st[0].Cur != 0 {
+		t.Fatalf("token window at %d after a full refund, want 0", st[0].Cur)
+	}
+}
+
+// testHammerAdmitComplete admits and completes on a small gauge from many
+// clients at once: the gauge never holds more than its limit and ends at
+// zero, whatever interleaving of acquisitions and releases happened.
+func testHammerAdmitComplete(t *testing.T, open Opener) {
+	now := T0
+	g := gauge("hammer-cycle", 3)
+	var peak, inFlight atomic.Int64
+	n := hammer(t, open, 8, 6, func(s limiter.Store, _ int) (bool, error) {
+		l := newLease(now, time.Hour, g)
+		out, err := s.Charge(context.Background(), now, []limiter.Charge{g}, l)
+		if err != nil || !out.Admitted {
+			return false, err
+		}
+		cur := inFlight.Add(1)
+		for p := peak.Load(); cur > p && !peak.CompareAndSwap(p, cur); p = peak.Load() {
+		}
+		inFlight.Add(-1)
+		return true, s.Complete(context.Background(), now, l, limiter.Usage{Exact: true})
+	})
+	if peak.Load() > 3 {
+		t.Fatalf("%d in flight at once on a gauge of 3", peak.Load())
+	}
+	if n == 0 {
+		t.Fatal("nothing admitted")
+	}
+	if st := read(t, open(), now, g); st[0].Cur != 0 {
+		t.Fatalf("gauge at %d after every admitted lease completed, want 0", st[0].Cur)
 	}
 }
