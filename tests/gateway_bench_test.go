@@ -54,7 +54,6 @@ func newBenchGateway(b *testing.B, serve http.HandlerFunc) *benchGateway {
 	rs, _ := limiter.NewRules(benchRules)
 	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
 	cat, _ := providers.NewCatalog([]providers.Provider{p}, nil, nil)
-	tokens.Warm()
 	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat, Estimator: tokens.Tiktoken{}})
 	if err != nil {
 		b.Fatal(err)

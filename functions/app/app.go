@@ -182,19 +182,21 @@ func (a *App) BuildGateway() error {
 		names = append(names, p.Name())
 	}
 	a.Log.Info("providers ready", "providers", strings.Join(names, ","), "models", strings.Join(catalog.ModelIDs(), ","))
-	go tokens.Warm() // load the tokenizers before the first request needs them
 	pc := proxy.Config{
-		Limiter:          a.Limiter,
-		Catalog:          catalog,
-		Estimator:        tokens.Tiktoken{},
-		MasterKey:        s.MasterKey,
-		DefaultMaxTokens: a.Config.Gateway.DefaultMaxTokens,
-		MaxBodyBytes:     a.Config.Gateway.MaxBodyBytes,
-		FailOpen:         s.StoreFailure == "open",
-		Logger:           a.Log,
-		Now:              a.Clock,
-		MaxWait:          a.Config.Gateway.MaxWait,
-		ClampFloor:       a.Config.Gateway.ClampFloor,
+		Limiter:            a.Limiter,
+		Catalog:            catalog,
+		Estimator:          tokens.Tiktoken{},
+		MasterKey:          s.MasterKey,
+		DefaultMaxTokens:   a.Config.Gateway.DefaultMaxTokens,
+		MaxOutputTokens:    a.Config.Gateway.MaxOutputTokens,
+		StreamWriteTimeout: a.Config.Gateway.StreamWriteTimeout,
+		CompletionTimeout:  a.Config.Gateway.CompletionTimeout,
+		MaxBodyBytes:       a.Config.Gateway.MaxBodyBytes,
+		FailOpen:           s.StoreFailure == "open",
+		Logger:             a.Log,
+		Now:                a.Clock,
+		MaxWait:            a.Config.Gateway.MaxWait,
+		ClampFloor:         a.Config.Gateway.ClampFloor,
 	}
 	if c, ok := a.Store.(proxy.Cooldowns); ok {
 		pc.Cooldowns = c

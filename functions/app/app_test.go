@@ -10,11 +10,13 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/functions/app"
 	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/infra/memstore"
 )
 
 // A local process on the embedded store: the in-process reconciler settles
@@ -63,6 +65,79 @@ func TestLocalProcessReconcilesInProcess(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"reconciler run"`) || !strings.Contains(logs.String(), `"actual_over_estimate"`) {
 		t.Fatalf("no reconciler log line with the estimate error:\n%s", logs.String())
 	}
+}
+
+// The local process's reconciler loop itself, at the default interval
+// (5 s): it settles what the gateway served, and its change feed does not
+// grow. Each run used to stop before reading, its one-interval budget
+// inside the reconciler's 5 s margin.
+func TestReconcilerLoopSettlesAtDefaultInterval(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	a, err := app.New(ctx, config.Env{"SET_RATE_LIMIT_": "tpm=100000"}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Config.Settings.ReconcileInterval != 5*time.Second {
+		t.Fatalf("default interval %v", a.Config.Settings.ReconcileInterval)
+	}
+	if err := a.BuildGateway(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r := httptest.NewRequest("POST", "/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello there"}],"max_tokens":500}`))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		a.Gateway.ServeHTTP(w, r)
+		if w.Code != 200 {
+			t.Fatalf("status %d %s", w.Code, w.Body)
+		}
+	}
+	used := func() int64 {
+		us, err := a.Limiter.AllUsage(ctx, time.Now())
+		if err != nil || len(us) != 1 {
+			t.Fatal(us, err)
+		}
+		return us[0].Dimensions[0].Used
+	}
+	before := used()
+	done := make(chan struct{})
+	go func() { a.RunReconcilerLoop(ctx); close(done) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for used() != before-3*(500-16) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s the window holds %d, want %d: the loop settled nothing\n%s", used(), before-3*(500-16), logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if strings.Contains(logs.String(), "stopped for its time budget") {
+		t.Fatalf("a run stopped for its budget:\n%s", logs.String())
+	}
+	if evs, _ := a.Store.(*memstore.Store).Events(0, 1000); len(evs) != 0 {
+		t.Fatalf("%d events left in the change feed after settlement", len(evs))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestLambdaRefusesMemoryStoreAndNoMasterKey(t *testing.T) {

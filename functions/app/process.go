@@ -34,11 +34,32 @@ func Main(run func(ctx context.Context, a *App) error) {
 	}
 }
 
+// The local server's timeouts.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 30 * time.Second // the whole request, body included
+	IdleTimeout       = 60 * time.Second
+)
+
+// LocalServer is the HTTP server of a local process. A client that
+// trickles its request, or holds an idle connection, is cut off; answers
+// have a deadline per write instead (gateway.stream_write_timeout), so
+// long streams can run.
+func LocalServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		IdleTimeout:       IdleTimeout,
+	}
+}
+
 // ServeLocal serves h on 127.0.0.1 at the configured port until ctx is
 // cancelled, then shuts down gracefully (10 s at most).
 func (a *App) ServeLocal(ctx context.Context, h http.Handler) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Config.Settings.Port))
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := LocalServer(addr, h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	a.Log.Info("listening", "addr", "http://"+addr)

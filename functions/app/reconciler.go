@@ -45,7 +45,7 @@ func (a *App) NewReconciler(ctx context.Context) (*reconcile.Reconciler, error) 
 
 // RunReconcilerLoop runs the reconciler every TOLLGATE_RECONCILE_INTERVAL
 // until ctx is done: the in-process reconciler of a local process. Each
-// run may take at most one interval.
+// run may take at most one interval (and keeps a fifth of it to commit).
 func (a *App) RunReconcilerLoop(ctx context.Context) {
 	every := a.Config.Settings.ReconcileInterval
 	a.Log.Info("reconciler running in process", "interval", every.String())

@@ -72,6 +72,16 @@ type Gateway struct {
 	// a lower output cap of at least this many tokens
 	// (gateway.clamp_max_tokens_floor; 0 = off).
 	ClampFloor int64
+	// MaxOutputTokens caps every output reservation, for models whose
+	// maximum output is not known (gateway.max_output_tokens, 128000).
+	MaxOutputTokens int64
+	// StreamWriteTimeout bounds each write to a client, so one that stops
+	// reading cannot hold its slot (gateway.stream_write_timeout, 30s).
+	StreamWriteTimeout time.Duration
+	// CompletionTimeout bounds the retries of the write that records a
+	// request's usage and gives back its slot (gateway.completion_timeout,
+	// 30s, and never past the function's own deadline).
+	CompletionTimeout time.Duration
 }
 
 // Env is the process environment as a map.
@@ -93,9 +103,12 @@ func Load(env Env) (*Config, error) {
 	cfg := &Config{
 		RateLimitsEnabled: true,
 		Gateway: Gateway{
-			DefaultMaxTokens: 1024,
-			MaxBodyBytes:     10 << 20,
-			LeaseTTL:         limiter.DefaultLeaseTTL,
+			DefaultMaxTokens:   1024,
+			MaxBodyBytes:       10 << 20,
+			LeaseTTL:           limiter.DefaultLeaseTTL,
+			MaxOutputTokens:    128_000,
+			StreamWriteTimeout: 30 * time.Second,
+			CompletionTimeout:  30 * time.Second,
 		},
 	}
 	var errs []error
@@ -201,7 +214,14 @@ type gatewaySpec struct {
 	LeaseTTL         string            `yaml:"lease_ttl"`
 	MaxWait          map[string]string `yaml:"max_wait"`
 	ClampFloor       int64             `yaml:"clamp_max_tokens_floor"`
+	MaxOutputTokens  *int64            `yaml:"max_output_tokens"`
+	StreamWrite      string            `yaml:"stream_write_timeout"`
+	Completion       string            `yaml:"completion_timeout"`
 }
+
+// maxRequestTokens bounds every token count in the configuration, as
+// providers.MaxRequestTokens bounds the clients'.
+const maxRequestTokens = 1<<31 - 1
 
 // routes that may wait out a short Retry-After.
 var waitRoutes = map[string]bool{"chat": true, "responses": true, "embeddings": true, "messages": true, "generate": true, "audio": true}
@@ -273,10 +293,33 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	}
 	if g := f.Gateway; g != nil {
 		if g.DefaultMaxTokens != nil {
-			if *g.DefaultMaxTokens < 1 {
-				errs = append(errs, fmt.Errorf("%s: must be at least 1", at("gateway", "default_max_tokens")))
+			if *g.DefaultMaxTokens < 1 || *g.DefaultMaxTokens > maxRequestTokens {
+				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "default_max_tokens"), maxRequestTokens))
 			}
 			cfg.Gateway.DefaultMaxTokens = *g.DefaultMaxTokens
+		}
+		if g.MaxOutputTokens != nil {
+			if *g.MaxOutputTokens < 1 || *g.MaxOutputTokens > maxRequestTokens {
+				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "max_output_tokens"), maxRequestTokens))
+			}
+			cfg.Gateway.MaxOutputTokens = *g.MaxOutputTokens
+		}
+		for _, d := range []struct {
+			key string
+			v   string
+			to  *time.Duration
+		}{
+			{"stream_write_timeout", g.StreamWrite, &cfg.Gateway.StreamWriteTimeout},
+			{"completion_timeout", g.Completion, &cfg.Gateway.CompletionTimeout},
+		} {
+			if d.v == "" {
+				continue
+			}
+			v, err := time.ParseDuration(d.v)
+			if err != nil || v < 100*time.Millisecond || v > 15*time.Minute {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 100ms to 15m", at("gateway", d.key), d.v))
+			}
+			*d.to = v
 		}
 		if g.MaxBodyBytes != nil {
 			if *g.MaxBodyBytes < 1024 {

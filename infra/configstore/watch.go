@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/infra/lru"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -143,9 +144,12 @@ func Merge(config []limiter.Rule, snap Snapshot) []limiter.Rule {
 type KeyCache struct {
 	src Source
 	ttl time.Duration
-	mu  sync.Mutex
-	m   map[string]cached
+	m   *lru.Cache[string, cached]
 }
+
+// maxKeyEntries bounds the key cache: anyone may send any bearer token,
+// and a miss is cached too.
+const maxKeyEntries = 10_000
 
 type cached struct {
 	key Key
@@ -161,27 +165,20 @@ func NewKeyCache(src Source, ttl time.Duration) *KeyCache {
 	if ttl <= 0 {
 		ttl = DefaultKeyTTL
 	}
-	return &KeyCache{src: src, ttl: ttl, m: map[string]cached{}}
+	return &KeyCache{src: src, ttl: ttl, m: lru.New[string, cached](maxKeyEntries)}
 }
 
 // Lookup returns the live key with this secret at now, or ErrNotFound.
 func (c *KeyCache) Lookup(ctx context.Context, secret string, now time.Time) (Key, error) {
 	h := Hash(secret)
-	c.mu.Lock()
-	e, ok := c.m[h]
-	c.mu.Unlock()
+	e, ok := c.m.Get(h)
 	if !ok || now.Sub(e.at) >= c.ttl || now.Before(e.at) {
 		k, err := c.src.KeyByHash(ctx, h)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return Key{}, err // the store failed: do not cache
 		}
 		e = cached{key: k, err: err, at: now}
-		c.mu.Lock()
-		if len(c.m) > 10000 {
-			clear(c.m)
-		}
-		c.m[h] = e
-		c.mu.Unlock()
+		c.m.Put(h, e)
 	}
 	if e.err != nil {
 		return Key{}, e.err

@@ -25,3 +25,17 @@ func TestTiktokenOffline(t *testing.T) {
 		t.Errorf("fallback = %d, want 5", got)
 	}
 }
+
+// Work before admission is linear: a megabyte without a space, once
+// quadratic (minutes of one core), is counted, exactly, in a fraction of a
+// second; measured by the benchmarks in package bpe, asserted here only by
+// finishing at all within the test's own timeout.
+func TestLongWordCounted(t *testing.T) {
+	word := make([]byte, 1<<20)
+	for i := range word {
+		word[i] = 'a' + byte(i%7)
+	}
+	if n := (Tiktoken{}).Count("gpt-4o", string(word)); n <= 0 || n > 1<<20 {
+		t.Fatalf("%d tokens for a 1 MiB word", n)
+	}
+}

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,11 +137,26 @@ func invalid(w http.ResponseWriter, fields []fieldError) {
 	writeError(w, http.StatusBadRequest, "invalid_request_error", strings.Join(msgs, "; "), map[string]any{"fields": fields})
 }
 
-// decode reads a JSON body strictly (unknown fields are errors).
+// maxBody bounds an admin request body.
+const maxBody = 1 << 20
+
+// decode reads a JSON body strictly (unknown fields are errors): 415 for a
+// body that says it is not JSON, 413 for one over maxBody.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported Content-Type "+ct+": send application/json", nil)
+			return false
+		}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request body is larger than "+strconv.Itoa(maxBody)+" bytes", nil)
+			return false
+		}
 		invalid(w, []fieldError{{Field: "body", Message: err.Error()}})
 		return false
 	}

@@ -19,6 +19,7 @@ type chatRequest struct {
 	Stream              bool          `json:"stream"`
 	MaxTokens           *int64        `json:"max_tokens"`
 	MaxCompletionTokens *int64        `json:"max_completion_tokens"`
+	N                   *int64        `json:"n"`
 	Tools               rawText       `json:"tools"`
 }
 
@@ -113,6 +114,10 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	choices, ok := bounded(w, proto, "n", req.N, providers.MaxChoices)
+	if !ok {
+		return
+	}
 	model := *req.Model
 	in := int64(tokensPerReply) + h.cfg.Estimator.Count(model, string(req.Tools))
 	for _, m := range req.Messages {
@@ -125,6 +130,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		body:        body,
 		stream:      req.Stream,
 		maxTokens:   maxTokens,
+		choices:     choices,
 		inputTokens: in,
 		caller:      caller,
 		header:      r.Header,

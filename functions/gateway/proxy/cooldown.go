@@ -3,11 +3,12 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/infra/lru"
 	"github.com/tollgate/tollgate/providers"
 )
 
@@ -27,12 +28,21 @@ func cooldownKey(t providers.Target) string {
 	return strings.ToLower(t.Provider.Name()) + "/" + strings.ToLower(t.Model)
 }
 
+// providerKey names the cooldown of any model of a target's provider: the
+// latest end of any of its models' cooldowns. A provider none of whose
+// models is cooling down needs no look at a model's own, so a client
+// naming endless model ids costs no store reads.
+func providerKey(t providers.Target) string {
+	return strings.ToLower(t.Provider.Name()) + "/*"
+}
+
+// maxCooldownEntries bounds what an instance keeps of cooldowns: model
+// ids are the client's to choose.
+const maxCooldownEntries = 4096
+
 // cooldownCache keeps what this instance knows of cooldowns for a short
 // while, so a request does not read the store for every target.
-type cooldownCache struct {
-	mu sync.Mutex
-	m  map[string]cooldownEntry
-}
+type cooldownCache = lru.Cache[string, cooldownEntry]
 
 type cooldownEntry struct {
 	until  time.Time
@@ -40,46 +50,67 @@ type cooldownEntry struct {
 }
 
 // cooldownsOf returns the cooldowns of targets, reading the store for the
-// ones not looked at within CooldownCache. A store failure means no
-// cooldowns: the upstream will say 429 again if it must.
+// ones not looked at within CooldownCache: first their providers', then,
+// for providers with a model cooling down, the models'. A store failure
+// means no cooldowns: the upstream will say 429 again if it must.
 func (h *Handler) cooldownsOf(ctx context.Context, targets []providers.Target) map[string]time.Time {
 	if h.cfg.Cooldowns == nil {
 		return nil
 	}
 	now := h.cfg.Now()
-	out := map[string]time.Time{}
-	var stale []string
-	h.cool.mu.Lock()
+	cooling := map[string]bool{} // providers with a model cooling down
+	for _, t := range h.lookUp(ctx, now, targets, providerKey) {
+		cooling[t] = true
+	}
+	var candidates []providers.Target
 	for _, t := range targets {
-		k := cooldownKey(t)
-		e, ok := h.cool.m[k]
+		if cooling[providerKey(t)] {
+			candidates = append(candidates, t)
+		}
+	}
+	out := map[string]time.Time{}
+	if len(candidates) == 0 {
+		return out
+	}
+	for _, k := range h.lookUp(ctx, now, candidates, cooldownKey) {
+		e, _ := h.cool.Get(k)
+		out[k] = e.until
+	}
+	return out
+}
+
+// lookUp returns the keys (by keyOf) of targets cooling down at now.
+func (h *Handler) lookUp(ctx context.Context, now time.Time, targets []providers.Target, keyOf func(providers.Target) string) []string {
+	var hot, stale []string
+	for _, t := range targets {
+		k := keyOf(t)
+		e, ok := h.cool.Get(k)
 		if ok && now.Sub(e.readAt) < h.cfg.CooldownCache && !now.Before(e.readAt) {
 			if e.until.After(now) {
-				out[k] = e.until
+				hot = append(hot, k)
 			}
 			continue
 		}
-		stale = append(stale, k)
+		if !slices.Contains(stale, k) {
+			stale = append(stale, k)
+		}
 	}
-	h.cool.mu.Unlock()
 	if len(stale) == 0 {
-		return out
+		return hot
 	}
 	got, err := h.cfg.Cooldowns.CooldownUntil(ctx, stale)
 	if err != nil {
 		h.log.Warn("could not read provider cooldowns; trying the targets", "err", err)
-		return out
+		return hot
 	}
-	h.cool.mu.Lock()
-	defer h.cool.mu.Unlock()
 	for _, k := range stale {
 		until := got[k]
-		h.cool.m[k] = cooldownEntry{until: until, readAt: now}
+		h.cool.Put(k, cooldownEntry{until: until, readAt: now})
 		if until.After(now) {
-			out[k] = until
+			hot = append(hot, k)
 		}
 	}
-	return out
+	return hot
 }
 
 // coolDown records that target t should not be called until the time its
@@ -97,16 +128,19 @@ func (h *Handler) coolDown(ctx context.Context, t providers.Target, l providers.
 	}
 	now := h.cfg.Now()
 	until := now.Add(wait)
-	k := cooldownKey(t)
-	h.cool.mu.Lock()
-	if e := h.cool.m[k]; until.After(e.until) {
-		h.cool.m[k] = cooldownEntry{until: until, readAt: now}
-	}
-	h.cool.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CompletionTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := h.cfg.Cooldowns.SetCooldown(ctx, k, until); err != nil {
-		h.log.Warn("could not share a provider cooldown; this instance still keeps it", "provider", t.Provider.Name(), "err", err)
+	for _, k := range []string{cooldownKey(t), providerKey(t)} {
+		h.cool.Update(k, func(e cooldownEntry, _ bool) cooldownEntry {
+			if until.After(e.until) {
+				return cooldownEntry{until: until, readAt: now}
+			}
+			return e
+		})
+		if err := h.cfg.Cooldowns.SetCooldown(ctx, k, until); err != nil {
+			h.log.Warn("could not share a provider cooldown; this instance still keeps it", "provider", t.Provider.Name(), "err", err)
+			break
+		}
 	}
 	h.log.Info("provider cooling down: it "+why+"; routing around it until then",
 		"provider", t.Provider.Name(), "target_model", t.Model, "until", until, "wait_ms", wait.Milliseconds())

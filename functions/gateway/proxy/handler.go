@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/infra/lru"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
 	"github.com/tollgate/tollgate/providers/tokens"
@@ -60,14 +61,23 @@ type Config struct {
 	// DefaultMaxTokens is the output reservation when a request sets no
 	// cap of its own.
 	DefaultMaxTokens int64
+	// MaxOutputTokens caps any output reservation, for models whose
+	// maximum the gateway does not know (default 128,000).
+	MaxOutputTokens int64
 	// MaxBodyBytes bounds request bodies (413 beyond).
 	MaxBodyBytes int64
 	// FailOpen admits requests when the limit store cannot answer; by
 	// default (false) they are refused with 503 and nothing goes upstream.
 	FailOpen bool
-	// CompletionTimeout bounds the write that records usage after a
-	// response; the client's own cancellation does not cut it short.
+	// CompletionTimeout bounds the retries of the write that records usage
+	// and gives back the slot after a response (30 s, never past the
+	// request's own deadline); the client's cancellation does not cut it
+	// short.
 	CompletionTimeout time.Duration
+	// StreamWriteTimeout bounds each write of an answer to the client
+	// (30 s): a client that stops reading loses its connection and its
+	// slot instead of holding the slot until it closes its socket.
+	StreamWriteTimeout time.Duration
 
 	Logger *slog.Logger
 	// Now is the clock; nil is time.Now.
@@ -78,6 +88,10 @@ type Config struct {
 	Rand func() float64
 }
 
+// DefaultMaxOutputTokens caps an output reservation when neither the
+// configuration nor the model's known maximum says less.
+const DefaultMaxOutputTokens = 128_000
+
 // Handler is the gateway's http.Handler.
 type Handler struct {
 	cfg Config
@@ -86,7 +100,7 @@ type Handler struct {
 	// failOpenAdmits counts requests admitted unchecked because the store
 	// failed and the failure mode is open.
 	failOpenAdmits atomic.Int64
-	cool           cooldownCache
+	cool           *cooldownCache
 }
 
 // FailOpenAdmits returns how many requests were admitted without a limit
@@ -104,11 +118,17 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.DefaultMaxTokens <= 0 {
 		cfg.DefaultMaxTokens = 1024
 	}
+	if cfg.MaxOutputTokens <= 0 {
+		cfg.MaxOutputTokens = DefaultMaxOutputTokens
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 10 << 20
 	}
 	if cfg.CompletionTimeout <= 0 {
-		cfg.CompletionTimeout = 5 * time.Second
+		cfg.CompletionTimeout = 30 * time.Second
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = 30 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -131,7 +151,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cool: cooldownCache{m: map[string]cooldownEntry{}}}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cool: lru.New[string, cooldownEntry](maxCooldownEntries)}
 	h.routes()
 	return h, nil
 }

@@ -243,7 +243,7 @@ func TestBadInputNeverReachesUpstream(t *testing.T) {
 		{"no messages", `{"model":"m"}`, nil, 400, "messages must be a non-empty array"},
 		{"wrong content type", chatBody, map[string]string{"Content-Type": "text/plain"}, 415, "unsupported Content-Type text/plain"},
 		{"too large", big, nil, 413, "larger than the gateway's limit of 4096 bytes"},
-		{"bad max_tokens", `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, nil, 400, "max_tokens must be at least 1"},
+		{"bad max_tokens", `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, nil, 400, "max_tokens must be an integer from 1 to 2147483647"},
 		{"wrong field type", `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"}`, nil, 400, `field "stream" has the wrong type`},
 		{"bad content", `{"model":"m","messages":[{"role":"user","content":5}]}`, nil, 400, "content must be a string or an array of parts"},
 		{"bad user path", chatBody, map[string]string{"X-Tollgate-User-Path": "/team/../admin"}, 400, `has a ".." segment`},

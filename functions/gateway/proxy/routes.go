@@ -151,8 +151,8 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 	case req.MaxTokens == nil:
 		badRequest(w, proto, "max_tokens", "max_tokens: field required")
 		return
-	case *req.MaxTokens < 1:
-		badRequest(w, proto, "max_tokens", "max_tokens: must be at least 1")
+	case *req.MaxTokens < 1 || *req.MaxTokens > providers.MaxRequestTokens:
+		badRequest(w, proto, "max_tokens", "max_tokens: must be an integer from 1 to "+itoa(providers.MaxRequestTokens))
 		return
 	case len(req.Messages) == 0:
 		badRequest(w, proto, "messages", "messages: at least one message is required")
@@ -333,11 +333,21 @@ func (h *Handler) passthrough(w http.ResponseWriter, r *http.Request) {
 		Model     string `json:"model"`
 		Stream    bool   `json:"stream"`
 		MaxTokens int64  `json:"max_tokens"`
+		N         int64  `json:"n"`
 	}
+	// A body that is not JSON goes through as it is; its sizes, read
+	// loosely, still only ever lower nothing: out-of-range values take the
+	// defaults, and the reservation is capped like any other.
 	_ = json.Unmarshal(body, &req)
+	if req.MaxTokens < 1 || req.MaxTokens > providers.MaxRequestTokens {
+		req.MaxTokens = 0
+	}
+	if req.N < 1 || req.N > providers.MaxChoices {
+		req.N = 1
+	}
 	route := providers.Route{Name: p.Name(), Strategy: providers.Failover, Targets: []providers.Target{{Provider: p, Model: req.Model, Weight: 1}}}
 	h.serve(w, r, &exchange{proto: proto, op: providers.OpPassthrough, model: req.Model, body: body, stream: req.Stream,
-		maxTokens: req.MaxTokens, inputTokens: h.count(req.Model, string(body)), caller: caller, route: &route,
+		maxTokens: req.MaxTokens, choices: req.N, inputTokens: h.count(req.Model, string(body)), caller: caller, route: &route,
 		method: r.Method, path: "/" + r.PathValue("path"), query: r.URL.RawQuery, header: r.Header})
 }
 
@@ -364,6 +374,7 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 		} `json:"systemInstruction"`
 		GenerationConfig struct {
 			MaxOutputTokens *int64 `json:"maxOutputTokens"`
+			CandidateCount  *int64 `json:"candidateCount"`
 		} `json:"generationConfig"`
 	}
 	caller, body, ok := h.beginJSON(w, r, proto, &req)
@@ -375,6 +386,10 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	maxOut, ok := positive(w, proto, "generationConfig.maxOutputTokens", req.GenerationConfig.MaxOutputTokens)
+	if !ok {
+		return
+	}
+	candidates, ok := bounded(w, proto, "generationConfig.candidateCount", req.GenerationConfig.CandidateCount, providers.MaxCandidates)
 	if !ok {
 		return
 	}
@@ -390,7 +405,7 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.serve(w, r, &exchange{proto: proto, op: providers.OpGenerate, model: model, body: body,
-		stream: action == "streamGenerateContent", maxTokens: maxOut, inputTokens: h.count(model, text.String()),
+		stream: action == "streamGenerateContent", maxTokens: maxOut, choices: candidates, inputTokens: h.count(model, text.String()),
 		caller: caller, path: ":" + action})
 }
 
@@ -460,13 +475,21 @@ func badRequest(w http.ResponseWriter, proto providers.Protocol, param, msg stri
 	writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, param: param, message: msg}, 0)
 }
 
-// positive checks an optional output cap.
+// positive checks an optional output cap: absent is 0, else a whole
+// number from 1 to providers.MaxRequestTokens.
 func positive(w http.ResponseWriter, proto providers.Protocol, param string, v *int64) (int64, bool) {
+	return bounded(w, proto, param, v, providers.MaxRequestTokens)
+}
+
+// bounded checks an optional count: absent is 0, else 1 to limit. A value
+// outside is the client's error, answered 400 in the route's shape, so no
+// absurd size reaches a counter.
+func bounded(w http.ResponseWriter, proto providers.Protocol, param string, v *int64, limit int64) (int64, bool) {
 	if v == nil {
 		return 0, true
 	}
-	if *v < 1 {
-		badRequest(w, proto, param, param+" must be at least 1")
+	if *v < 1 || *v > limit {
+		badRequest(w, proto, param, param+" must be an integer from 1 to "+itoa(limit))
 		return 0, false
 	}
 	return *v, true

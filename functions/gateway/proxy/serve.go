@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	mrand "math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -21,6 +24,7 @@ type exchange struct {
 	body        []byte
 	stream      bool
 	maxTokens   int64 // the client's own output cap; 0 when unset
+	choices     int64 // completions asked for (n, candidateCount); 0 or 1 is one
 	inputTokens int64 // the gateway's estimate of the prompt
 	caller      Caller
 	// userPathOnly admits by user-path rules only, holding no slot (batch
@@ -75,6 +79,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	if ex.userPathOnly || ex.noOutput || ex.op == providers.OpEmbeddings {
 		ex.reserveOut = 0
 	}
+	ex.inputTokens = min(max(ex.inputTokens, 0), limiter.MaxAmount)
 	waited, clamped := false, false
 	for attempt := 0; ; attempt++ {
 		out := h.attempt(w, r, ex, route, reqID, attempt)
@@ -161,11 +166,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			continue
 		}
 		lr := limiter.Request{
-			ID:           reqID + "." + strconv.Itoa(attempt) + "." + strconv.Itoa(i),
+			ID:           leaseID(reqID, attempt, i),
 			Subject:      limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model},
 			Route:        ex.op.String(),
 			InputTokens:  ex.inputTokens,
-			OutputTokens: ex.reserveOut,
+			OutputTokens: h.reservation(ex, t.Model),
 			UserPathOnly: ex.userPathOnly,
 		}
 		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
@@ -206,6 +211,31 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	return outcome{skip: best, failed: failed}
 }
 
+// reservation is the output a request reserves at a target: its cap (or
+// the default), never more than the model can produce (or the configured
+// maximum), times the completions it asks for.
+func (h *Handler) reservation(ex *exchange, model string) int64 {
+	out := min(ex.reserveOut, h.cfg.MaxOutputTokens)
+	if m, ok := providers.MaxOutputTokens(model); ok {
+		out = min(out, m)
+	}
+	return min(limiter.SatMul(out, max(ex.choices, 1)), limiter.MaxAmount)
+}
+
+// leaseID names the lease of one attempt at one target: the request id
+// made compact (its first 12 bytes, base64url), so that a slot, which
+// holds its lease's id, costs as little as it can.
+func leaseID(reqID string, attempt, target int) string {
+	id := reqID
+	if b, err := hex.DecodeString(reqID); err == nil && len(b) >= 12 {
+		id = base64.RawURLEncoding.EncodeToString(b[:12])
+	}
+	if len(id) > 40 {
+		id = id[:40]
+	}
+	return id + "." + strconv.Itoa(attempt) + "." + strconv.Itoa(target)
+}
+
 // order returns the targets in the order to try them: as configured for
 // failover, drawn by weight for a weighted alias.
 func (h *Handler) order(rt providers.Route) []providers.Target {
@@ -239,7 +269,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	setRateHeaders(hdr, d)
 	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
 	hdr.Set("X-Tollgate-Model", t.Model)
-	tw := &trackingWriter{ResponseWriter: w}
+	tw := &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.StreamWriteTimeout}
+	stopRenewing := h.renewWhileRunning(r.Context(), d.Lease, reqID)
 	res, err := t.Provider.Serve(r.Context(), tw, &providers.Request{
 		Op:          ex.op,
 		Model:       t.Model,
@@ -252,6 +283,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		InputTokens: ex.inputTokens,
 		MaxTokens:   ex.maxTokens,
 	})
+	stopRenewing()
 	used := limiter.Usage{
 		InputTokens:       res.Usage.InputTokens,
 		OutputTokens:      res.Usage.OutputTokens,
@@ -272,7 +304,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		used = limiter.Usage{Exact: perr.Status != 0}
 	}
 	clientGone := r.Context().Err() != nil
-	h.complete(r.Context(), d.Lease, used)
+	h.complete(r.Context(), d.Lease, used, reqID)
 	if perr == nil {
 		h.coolDownIfExhausted(r.Context(), t, res.Limits)
 	}
@@ -304,17 +336,87 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	return perr
 }
 
-// complete records usage and frees the lease's slots, even when the
-// client has gone.
-func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limiter.Usage) {
+// complete records usage and gives back the lease's slots, even when the
+// client has gone, retrying with backoff through a short store outage:
+// within CompletionTimeout, and never past the request's own deadline (a
+// Lambda's). Completion is idempotent, so a retry after a write that
+// landed changes nothing. If every attempt fails, the slot is given back
+// at the lease's expiry.
+func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limiter.Usage, reqID string) {
 	if lease == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.CompletionTimeout)
-	defer cancel()
-	if err := h.cfg.Limiter.Complete(ctx, h.cfg.Now(), lease, used); err != nil {
-		h.log.Error("could not record completion; the slot frees at lease expiry", "lease", lease.ID, "err", err)
+	budget := h.cfg.CompletionTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(dl)-time.Second)
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, time.Second))
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		err := h.cfg.Limiter.Complete(ctx, h.cfg.Now(), lease, used)
+		if err == nil {
+			if attempt > 0 {
+				h.log.Info("recorded the completion after retrying", "request_id", reqID, "lease", lease.ID, "attempts", attempt+1)
+			}
+			return
+		}
+		wait := completionBackoff(attempt)
+		if dl, _ := ctx.Deadline(); time.Until(dl) < wait {
+			h.log.Error("could not record completion; the slot frees at lease expiry", "request_id", reqID, "lease", lease.ID,
+				"attempts", attempt+1, "expires_at", lease.ExpiresAt, "err", err)
+			return
+		}
+		if attempt == 0 {
+			h.log.Warn("could not record completion; retrying", "request_id", reqID, "lease", lease.ID, "err", err)
+		}
+		if sleep(ctx, wait) != nil {
+			return
+		}
+	}
+}
+
+// completionBackoff is the wait before completion retry attempt+1: 100 ms
+// doubling to 1 s, jittered, so a completion lands within about a second
+// of the store coming back.
+func completionBackoff(attempt int) time.Duration {
+	d := min(100*time.Millisecond<<min(attempt, 4), time.Second)
+	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+// renewWhileRunning renews a lease every third of its TTL while the
+// request runs, so a long stream keeps its slot; the returned function
+// stops it. A lease that could not be renewed in time no longer holds its
+// slot (it is logged); the request goes on.
+func (h *Handler) renewWhileRunning(ctx context.Context, lease *limiter.Lease, reqID string) func() {
+	if lease == nil || !slices.ContainsFunc(lease.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight }) {
+		return func() {}
+	}
+	every := h.cfg.Limiter.LeaseTTL() / 3
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), every/2)
+			ok, err := h.cfg.Limiter.Renew(rctx, h.cfg.Now(), lease)
+			cancel()
+			switch {
+			case err != nil:
+				h.log.Warn("could not renew a running request's lease; trying again", "request_id", reqID, "lease", lease.ID, "err", err)
+			case !ok:
+				h.log.Warn("a running request's lease had expired; it no longer holds its slot", "request_id", reqID, "lease", lease.ID)
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {
@@ -378,10 +480,15 @@ func (h *Handler) relayFailure(w http.ResponseWriter, proto providers.Protocol, 
 }
 
 // trackingWriter notes whether the response was started, so a provider
-// error after that is not mistaken for one that allows failover.
+// error after that is not mistaken for one that allows failover, and puts
+// a deadline on every write, so a client that stops reading gets its
+// connection closed rather than holding a slot.
 type trackingWriter struct {
 	http.ResponseWriter
-	wrote bool
+	wrote   bool
+	rc      *http.ResponseController
+	timeout time.Duration // 0: no deadlines (not supported, or off)
+	armed   time.Time     // when the write deadline was last moved
 }
 
 func (t *trackingWriter) WriteHeader(code int) {
@@ -391,7 +498,34 @@ func (t *trackingWriter) WriteHeader(code int) {
 
 func (t *trackingWriter) Write(p []byte) (int, error) {
 	t.wrote = true
+	t.arm()
 	return t.ResponseWriter.Write(p)
+}
+
+// Flush sends what was written, within the write deadline too.
+func (t *trackingWriter) Flush() {
+	t.arm()
+	if t.rc != nil {
+		_ = t.rc.Flush()
+	}
+}
+
+// arm moves the write deadline to timeout from now, at most every tenth
+// of it (a deadline per chunk would cost a syscall per chunk). A writer
+// with no deadlines (httptest, Lambda) is left alone.
+func (t *trackingWriter) arm() {
+	if t.timeout <= 0 || t.rc == nil {
+		return
+	}
+	now := time.Now()
+	if now.Sub(t.armed) < t.timeout/10 {
+		return
+	}
+	if err := t.rc.SetWriteDeadline(now.Add(t.timeout)); err != nil {
+		t.timeout = 0 // not supported: do not ask again
+		return
+	}
+	t.armed = now
 }
 
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
