@@ -191,6 +191,7 @@ func (a *App) BuildGateway() error {
 		MaxOutputTokens:    a.Config.Gateway.MaxOutputTokens,
 		StreamWriteTimeout: a.Config.Gateway.StreamWriteTimeout,
 		CompletionTimeout:  a.Config.Gateway.CompletionTimeout,
+		DetachCompletion:   !s.InLambda,
 		MaxBodyBytes:       a.Config.Gateway.MaxBodyBytes,
 		FailOpen:           s.StoreFailure == "open",
 		Logger:             a.Log,

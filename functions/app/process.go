@@ -73,6 +73,9 @@ func (a *App) ServeLocal(ctx context.Context, h http.Handler) error {
 	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		a.Log.Error("shutdown", "err", err)
 	}
+	if a.Gateway != nil {
+		a.Gateway.WaitCompletions(shutdown) // completions still being retried
+	}
 	a.Log.Info("stopped")
 	return nil
 }

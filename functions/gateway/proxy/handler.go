@@ -15,6 +15,7 @@ import (
 	mrand "math/rand/v2"
 	"mime"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,10 @@ type Config struct {
 	// request's own deadline); the client's cancellation does not cut it
 	// short.
 	CompletionTimeout time.Duration
+	// DetachCompletion lets completions that failed once be retried after
+	// the answer has ended (see Handler.complete): for a local process,
+	// never inside Lambda.
+	DetachCompletion bool
 	// StreamWriteTimeout bounds each write of an answer to the client
 	// (30 s): a client that stops reading loses its connection and its
 	// slot instead of holding the slot until it closes its socket.
@@ -101,6 +106,7 @@ type Handler struct {
 	// failed and the failure mode is open.
 	failOpenAdmits atomic.Int64
 	cool           *cooldownCache
+	pending        sync.WaitGroup // completions retried after their answer
 }
 
 // FailOpenAdmits returns how many requests were admitted without a limit

@@ -337,11 +337,14 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 }
 
 // complete records usage and gives back the lease's slots, even when the
-// client has gone, retrying with backoff through a short store outage:
-// within CompletionTimeout, and never past the request's own deadline (a
-// Lambda's). Completion is idempotent, so a retry after a write that
-// landed changes nothing. If every attempt fails, the slot is given back
-// at the lease's expiry.
+// client has gone. A first attempt is made before the answer ends; if it
+// fails (a short store outage), it is retried with backoff within
+// CompletionTimeout, never past the request's own deadline: after the
+// answer has ended when DetachCompletion is set (a local process), before
+// it otherwise (Lambda, whose environment freezes once the handler
+// returns). Completion is idempotent, so a retry after a write that landed
+// changes nothing. If every attempt fails, the slot is given back at the
+// lease's expiry.
 func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limiter.Usage, reqID string) {
 	if lease == nil {
 		return
@@ -351,27 +354,51 @@ func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limit
 		budget = min(budget, time.Until(dl)-time.Second)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, time.Second))
-	defer cancel()
-	for attempt := 0; ; attempt++ {
-		err := h.cfg.Limiter.Complete(ctx, h.cfg.Now(), lease, used)
-		if err == nil {
-			if attempt > 0 {
-				h.log.Info("recorded the completion after retrying", "request_id", reqID, "lease", lease.ID, "attempts", attempt+1)
-			}
-			return
-		}
+	first, cancelFirst := context.WithTimeout(ctx, 5*time.Second)
+	err := h.cfg.Limiter.Complete(first, h.cfg.Now(), lease, used)
+	cancelFirst()
+	if err == nil {
+		cancel()
+		return
+	}
+	h.log.Warn("could not record completion; retrying", "request_id", reqID, "lease", lease.ID, "err", err)
+	retry := func() {
+		defer cancel()
+		h.retryCompletion(ctx, lease, used, reqID)
+	}
+	if h.cfg.DetachCompletion {
+		h.pending.Go(retry)
+		return
+	}
+	retry()
+}
+
+func (h *Handler) retryCompletion(ctx context.Context, lease *limiter.Lease, used limiter.Usage, reqID string) {
+	for attempt := 1; ; attempt++ {
 		wait := completionBackoff(attempt)
 		if dl, _ := ctx.Deadline(); time.Until(dl) < wait {
 			h.log.Error("could not record completion; the slot frees at lease expiry", "request_id", reqID, "lease", lease.ID,
-				"attempts", attempt+1, "expires_at", lease.ExpiresAt, "err", err)
+				"attempts", attempt, "expires_at", lease.ExpiresAt)
 			return
-		}
-		if attempt == 0 {
-			h.log.Warn("could not record completion; retrying", "request_id", reqID, "lease", lease.ID, "err", err)
 		}
 		if sleep(ctx, wait) != nil {
 			return
 		}
+		if err := h.cfg.Limiter.Complete(ctx, h.cfg.Now(), lease, used); err == nil {
+			h.log.Info("recorded the completion after retrying", "request_id", reqID, "lease", lease.ID, "attempts", attempt+1)
+			return
+		}
+	}
+}
+
+// WaitCompletions waits for completions still being retried after their
+// answers ended, until ctx is done: for a local process's shutdown.
+func (h *Handler) WaitCompletions(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { h.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 
