@@ -105,15 +105,19 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 	if out.Admitted {
 		return admitted(now, charges, out.States, lease), nil
 	}
-	if !onlyShardsRefused(charges, out.States) {
+	if !shardRefused(charges, out.States) {
 		return refuse(now, charges, out.States, nil), nil
 	}
-	// Sharded counters refused: look at every shard once and place the
-	// charge where there is room, split over several shards if it is
-	// larger than any one has.
+	// Sharded counters refused: look at every shard once, for the exact
+	// wait of the rule as a whole, and, when nothing else refused, to
+	// place the charge where there is room, split over several shards if
+	// it is larger than any one has.
 	spread, err := l.readShards(ctx, now, charges, out.States)
 	if err != nil {
 		return Decision{}, err
+	}
+	if !onlyShardsRefused(charges, out.States) {
+		return refuse(now, charges, out.States, spread), nil
 	}
 	placed, ok := spread.place(charges)
 	if !ok {
@@ -299,6 +303,15 @@ func setShard(c *Charge, limit int64, k, n int) {
 	if int64(k) < limit%int64(n) {
 		c.Limit++
 	}
+}
+
+func shardRefused(charges []Charge, states []State) bool {
+	for i, s := range states {
+		if s.Refused && charges[i].owner.shards() > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 func onlyShardsRefused(charges []Charge, states []State) bool {

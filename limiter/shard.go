@@ -49,7 +49,7 @@ func (l *Limiter) readShards(ctx context.Context, now time.Time, charges []Charg
 	var reads []Charge
 	for i, st := range states {
 		c := &charges[i]
-		if !st.Refused || sp.group(c.Counter) != nil {
+		if !st.Refused || c.owner.shards() < 2 || sp.group(c.Counter) != nil {
 			continue
 		}
 		r := c.owner
@@ -77,10 +77,16 @@ func (l *Limiter) readShards(ctx context.Context, now time.Time, charges []Charg
 
 // roomOf is what shard k can take at d after now.
 func (g *shardGroup) roomOf(now time.Time, k int, d time.Duration) int64 {
+	return max(0, g.signedRoom(now, k, d))
+}
+
+// signedRoom is roomOf, negative when the shard holds more than its share
+// (a settlement overshot).
+func (g *shardGroup) signedRoom(now time.Time, k int, d time.Duration) int64 {
 	st := g.states[k]
 	limit := g.limits[k]
 	if g.period == Concurrent {
-		return max(0, limit-max(st.Cur, 0))
+		return limit - max(st.Cur, 0)
 	}
 	T := g.period
 	_, e := windowAt(now, T)
@@ -94,7 +100,7 @@ func (g *shardGroup) roomOf(now time.Time, k int, d time.Duration) int64 {
 	default:
 		ceiling = limit
 	}
-	return max(0, ceiling-max(cur, 0))
+	return ceiling - max(cur, 0)
 }
 
 // room is what all shards together can take at d after now.
@@ -159,10 +165,18 @@ func (sp *spread) place(charges []Charge) ([]Charge, bool) {
 
 // split places amount over the shards with the most room, as read.
 func (g *shardGroup) split(now time.Time, proto Charge, amount int64) ([]Charge, bool) {
-	if amount == 0 {
-		return []Charge{proto}, true
-	}
 	n := len(g.limits)
+	if amount == 0 {
+		// Nothing to place: any shard that is not overfull takes it.
+		for k := range n {
+			if g.signedRoom(now, k, 0) >= 0 {
+				p := proto
+				p.Counter.Shard, p.Limit = k, g.limits[k]
+				return []Charge{p}, true
+			}
+		}
+		return nil, false
+	}
 	rooms := make([]int64, n)
 	order := make([]int, n)
 	for k := range n {
