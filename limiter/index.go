@@ -27,6 +27,9 @@ type rule struct {
 	Rule
 	key     RuleKey
 	counter string // key and generation: the Rule field of its counters
+	// switchWindows are the first windows of each layout in the shard
+	// history of a window rule (see layout.go).
+	switchWindows []int64
 }
 
 // NewRules validates and indexes rules. Every problem is reported, each
@@ -56,6 +59,11 @@ func NewRules(rules []Rule) (*Rules, error) {
 		c := &rule{Rule: r, key: key, counter: string(key)}
 		if r.Generation != "" {
 			c.counter += "@" + r.Generation
+		}
+		if r.Period != Concurrent {
+			for _, h := range r.ShardHistory {
+				c.switchWindows = append(c.switchWindows, firstWindowFrom(h.Since, r.Period))
+			}
 		}
 		rs.list = append(rs.list, c)
 		subject := strings.ToLower(r.Subject)

@@ -27,6 +27,7 @@ type Limiter struct {
 	store    Store
 	rules    atomic.Pointer[Rules]
 	leaseTTL time.Duration
+	old      oldSlots // concurrency rules whose shard layout changed
 }
 
 // New returns a Limiter.
@@ -92,6 +93,9 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		return Decision{Allowed: true}, nil
 	}
 	charges, lease := l.plan(now, req, ms)
+	if err := l.drain(ctx, now, charges); err != nil {
+		return Decision{}, err
+	}
 	out, err := l.store.Charge(ctx, now, charges, lease)
 	if err != nil {
 		return Decision{}, err
@@ -208,17 +212,12 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			return
 		}
 		r := m.rule
-		c := Charge{
-			Counter: Counter{Rule: r.counter, Child: m.child, Kind: kind},
-			Period:  r.Period,
-			Limit:   limit,
-			Amount:  amount,
-			owner:   r,
+		if r.settling(now) {
+			limit = 0 // its layout is changing: see layout.go
 		}
-		if r.Period != Concurrent {
-			c.Counter.Window, _ = windowAt(now, r.Period)
-		}
-		shards := r.shards()
+		c := r.newCharge(now, m.child, kind, limit, 0)
+		c.Amount = amount
+		shards := layoutOf(c.Counter)
 		if shards == 1 {
 			charges = append(charges, c)
 			return
@@ -226,8 +225,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		first := int(fnv(req.ID, r.counter) % uint64(shards))
 		left := amount
 		for i := range shards {
-			p := c
-			setShard(&p, limit, (first+i)%shards, shards)
+			p := r.newCharge(now, m.child, kind, limit, (first+i)%shards)
 			if left <= p.Limit || i == shards-1 || amount > limit {
 				p.Amount = left
 				charges = append(charges, p)
@@ -298,7 +296,7 @@ func (r *rule) limitOf(k Kind) int64 {
 // setShard points c at shard k of n, with that shard's share of limit: the
 // shares add up to the limit exactly.
 func setShard(c *Charge, limit int64, k, n int) {
-	c.Counter.Shard = k
+	c.Counter.Shard, c.Counter.Shards = k, layoutField(n)
 	c.Limit = limit / int64(n)
 	if int64(k) < limit%int64(n) {
 		c.Limit++
@@ -307,7 +305,7 @@ func setShard(c *Charge, limit int64, k, n int) {
 
 func shardRefused(charges []Charge, states []State) bool {
 	for i, s := range states {
-		if s.Refused && charges[i].owner.shards() > 1 {
+		if s.Refused && layoutOf(charges[i].Counter) > 1 {
 			return true
 		}
 	}
@@ -316,7 +314,7 @@ func shardRefused(charges []Charge, states []State) bool {
 
 func onlyShardsRefused(charges []Charge, states []State) bool {
 	for i, s := range states {
-		if s.Refused && charges[i].owner.shards() < 2 {
+		if s.Refused && layoutOf(charges[i].Counter) < 2 {
 			return false
 		}
 	}
@@ -443,7 +441,7 @@ func quotaOf(now time.Time, c *Charge, r *rule, s State) Quota {
 		q.Reset = slidingReset(s.Prev, s.Cur, c.Period, elapsed)
 		q.HasReset = true
 	}
-	if n := int64(r.shards()); n > 1 {
+	if n := int64(layoutOf(c.Counter)); n > 1 {
 		q.Remaining = min(q.Limit, SatMul(q.Remaining, n))
 	}
 	return q

@@ -494,3 +494,117 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("per-child usage %+v, want amy's own counter", mine)
 	}
 }
+
+// The defect of old: raising shards on a live rule from 1 to 4 let the
+// new shards admit 75 more in the window that had already admitted the
+// limit. Now the layout changes at the next window boundary, and the first
+// window of the new layout carries the old one's count.
+func TestShardsChangeOnLiveRule(t *testing.T) {
+	store := memstore.New()
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Period: limiter.Minute, MaxRequests: 100}
+	rs, _ := limiter.NewRules([]limiter.Rule{rule})
+	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+	count := func(at time.Time, n int) int {
+		got := 0
+		for range n {
+			if admit(t, l, at, request("/", "hot", "m")).Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	if n := count(t0.Add(10*time.Second), 150); n != 100 {
+		t.Fatalf("%d admitted before the change, want 100", n)
+	}
+	// Shards raised to 4, as every instance learns it from the config
+	// store: in force from the first window boundary after 20 s.
+	rule.Shards, rule.ShardHistory = 4, []limiter.ShardLayout{{Shards: 1}, {Shards: 4, Since: t0.Add(20 * time.Second)}}
+	rs, err := limiter.NewRules([]limiter.Rule{rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetRules(rs)
+	if n := count(t0.Add(30*time.Second), 100); n != 0 {
+		t.Fatalf("%d more admitted in the window after the change, want 0", n)
+	}
+	// The next window: the previous one's 100 weigh on the new shards.
+	if n := count(t0.Add(60*time.Second), 100); n != 0 {
+		t.Fatalf("%d admitted at the start of the next window, want 0 (the previous window was full)", n)
+	}
+	// Half-way, about half the limit is free again (a little less: each
+	// shard rounds down).
+	half := count(t0.Add(90*time.Second), 100)
+	if half < 45 || half > 50 {
+		t.Fatalf("%d admitted half-way through the next window, want about 50 and never more", half)
+	}
+	// And back down to one shard, the same way: a change asked for at
+	// 95 s counts from when the last one no longer needs its old layout,
+	// the window after the first of the new layout (120 s).
+	next := limiter.NextLayoutChange(rule, limiter.DefaultLeaseTTL)
+	if want := t0.Add(120 * time.Second); !next.Equal(want) {
+		t.Fatalf("next layout change from %v, want %v", next.Sub(t0), want.Sub(t0))
+	}
+	rule.Shards, rule.ShardHistory = 1, append(rule.ShardHistory, limiter.ShardLayout{Shards: 1, Since: next})
+	rs, _ = limiter.NewRules([]limiter.Rule{rule})
+	l.SetRules(rs)
+	// Until then the four shards count: at 100 s the old window weighs a
+	// third (33), so no more than 100 − 33 − half fit.
+	late := count(t0.Add(100*time.Second), 100)
+	if late > 100-34-half || late < 100-34-half-8 {
+		t.Fatalf("%d admitted at 100 s after %d at 90 s, want about %d and never more", late, half, 100-34-half)
+	}
+	// At 150 s one shard counts again, the four shards' window weighing
+	// half: exactly what one counter would admit.
+	want := 100 - (half+late+1)/2
+	if n := count(t0.Add(150*time.Second), 100); n != want {
+		t.Fatalf("%d admitted at 150 s on one shard again, want %d", n, want)
+	}
+	us, err := l.AllUsage(context.Background(), t0.Add(150*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := us[0].Dimensions[0]; d.Previous != int64(half+late) || d.Remaining != 0 {
+		t.Fatalf("usage after the switch back: %+v", d)
+	}
+}
+
+// A concurrency rule whose shards change refuses for a few seconds (the
+// old layout's admissions land), then admits what the old layout's slots
+// leave of the limit, until they are given back.
+func TestConcurrencyShardsChange(t *testing.T) {
+	store := memstore.New()
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Period: limiter.Concurrent, MaxRequests: 4}
+	rs, _ := limiter.NewRules([]limiter.Rule{rule})
+	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+	var held []*limiter.Lease
+	for range 4 {
+		d := admit(t, l, t0, request("/", "hot", "m"))
+		if !d.Allowed {
+			t.Fatal("refused below the limit")
+		}
+		held = append(held, d.Lease)
+	}
+	rule.Shards, rule.ShardHistory = 2, []limiter.ShardLayout{{Shards: 1}, {Shards: 2, Since: t0.Add(time.Second)}}
+	rs, _ = limiter.NewRules([]limiter.Rule{rule})
+	l.SetRules(rs)
+	for _, at := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 7 * time.Second} {
+		if admit(t, l, t0.Add(at), request("/", "hot", "m")).Allowed {
+			t.Fatalf("admitted at %v with 4 of 4 slots held by the old layout", at)
+		}
+	}
+	for _, ls := range held[:2] {
+		if err := l.Complete(context.Background(), t0.Add(8*time.Second), ls, limiter.Usage{Exact: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(10 * time.Second)
+	n := 0
+	for range 5 {
+		if admit(t, l, at, request("/", "hot", "m")).Allowed {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d admitted on the new layout with 2 old slots still held, want 2", n)
+	}
+}

@@ -53,6 +53,11 @@ func ParseScope(s string) (Scope, error) {
 // of a window.
 const Concurrent time.Duration = 0
 
+// MaxSlotsPerShard bounds a concurrency rule's slots per shard: a store
+// may keep one shard's slots in one item (the DynamoDB store keeps the
+// ids of the leases holding them), whose size every slot write pays for.
+const MaxSlotsPerShard = 1000
+
 // Named periods.
 const (
 	Minute = time.Minute
@@ -134,6 +139,12 @@ type Rule struct {
 	// other shards still have room, by at most Shards-1 times the request's
 	// size. 0 or 1 means one item.
 	Shards int
+	// ShardHistory lists the rule's recent shard layouts as the
+	// configuration store recorded them for every instance alike (see
+	// layout.go), oldest first, each with the instant from which it counts
+	// (none for the first). Empty when Shards never changed; otherwise its
+	// last entry is the layout Shards names.
+	ShardHistory []ShardLayout
 
 	Source Source
 	// Generation names the life of the rule's counters. Resetting or
@@ -213,6 +224,18 @@ func (r Rule) Problems() []error {
 	}
 	if r.Shards < 0 || r.Shards > 64 {
 		errs = append(errs, fmt.Errorf("shards: %d is outside 0..64", r.Shards))
+	}
+	for i, h := range r.ShardHistory {
+		if h.Shards < 0 || h.Shards > 64 || (i > 0 && h.Since.Before(r.ShardHistory[i-1].Since)) {
+			errs = append(errs, fmt.Errorf("shards: layout history entry %d (%d from %v) is out of order or range", i, h.Shards, h.Since))
+		}
+	}
+	if len(r.ShardHistory) > maxShardHistory {
+		errs = append(errs, fmt.Errorf("shards: %d layouts in the history, at most %d", len(r.ShardHistory), maxShardHistory))
+	}
+	if r.Period == Concurrent && r.MaxRequests > int64(MaxSlotsPerShard)*int64(max(r.Shards, 1)) {
+		errs = append(errs, fmt.Errorf("max_requests: %d in flight is more than %d per shard; set shards to at least %d",
+			r.MaxRequests, MaxSlotsPerShard, (r.MaxRequests+MaxSlotsPerShard-1)/MaxSlotsPerShard))
 	}
 	return errs
 }

@@ -49,16 +49,16 @@ func (l *Limiter) readShards(ctx context.Context, now time.Time, charges []Charg
 	var reads []Charge
 	for i, st := range states {
 		c := &charges[i]
-		if !st.Refused || c.owner.shards() < 2 || sp.group(c.Counter) != nil {
+		if !st.Refused || layoutOf(c.Counter) < 2 || sp.group(c.Counter) != nil {
 			continue
 		}
 		r := c.owner
-		n := r.shards()
+		n := layoutOf(c.Counter)
 		g := &shardGroup{base: c.Counter, period: c.Period, owner: r, limits: make([]int64, n)}
 		g.base.Shard = 0
 		for k := range n {
-			rc := Charge{Counter: c.Counter, Period: c.Period, owner: r}
-			setShard(&rc, r.limitOf(c.Counter.Kind), k, n)
+			rc := r.newCharge(now, c.Counter.Child, c.Counter.Kind, r.limitOf(c.Counter.Kind), k)
+			setShard(&rc, c.whole, k, n) // the shares of what the charge's limit was
 			g.limits[k] = rc.Limit
 			reads = append(reads, rc)
 		}
@@ -170,9 +170,7 @@ func (g *shardGroup) split(now time.Time, proto Charge, amount int64) ([]Charge,
 		// Nothing to place: any shard that is not overfull takes it.
 		for k := range n {
 			if g.signedRoom(now, k, 0) >= 0 {
-				p := proto
-				p.Counter.Shard, p.Limit = k, g.limits[k]
-				return []Charge{p}, true
+				return []Charge{g.part(now, proto, k, 0)}, true
 			}
 		}
 		return nil, false
@@ -198,12 +196,21 @@ func (g *shardGroup) split(now time.Time, proto Charge, amount int64) ([]Charge,
 		if left == 0 || rooms[k] <= 0 {
 			break
 		}
-		p := proto
-		p.Counter.Shard = k
-		p.Limit = g.limits[k]
-		p.Amount = min(left, rooms[k])
+		p := g.part(now, proto, k, min(left, rooms[k]))
 		left -= p.Amount
 		parts = append(parts, p)
 	}
 	return parts, left == 0
+}
+
+// part is proto's charge moved to shard k, for amount.
+func (g *shardGroup) part(now time.Time, proto Charge, k int, amount int64) Charge {
+	p := g.owner.newCharge(now, proto.Counter.Child, proto.Counter.Kind, g.owner.limitOf(proto.Counter.Kind), k)
+	p.whole = proto.whole
+	setShard(&p, proto.whole, k, len(g.limits))
+	if p.PrevFrom != nil {
+		p.PrevShare[0] = p.Limit
+	}
+	p.Amount = amount
+	return p
 }

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"time"
 )
 
@@ -42,10 +43,13 @@ func (k Kind) IsTokens() bool {
 // Counter names one stored number: one dimension of one rule's subject (or
 // per-child subject), in one window, on one shard.
 type Counter struct {
-	Rule   string // the rule's key and generation, see Rule.Key
-	Child  string // the child segment of a per_child rule, case folded
-	Kind   Kind
-	Shard  int
+	Rule  string // the rule's key and generation, see Rule.Key
+	Child string // the child segment of a per_child rule, case folded
+	Kind  Kind
+	Shard int
+	// Shards is the layout the counter is a shard of: how many shards the
+	// rule's counter was split into (0 when it is not split).
+	Shards int
 	Window int64 // window index since the Unix epoch; 0 for KindInFlight
 }
 
@@ -61,8 +65,35 @@ type Charge struct {
 	Period  time.Duration // the window length; Concurrent for KindInFlight
 	Limit   int64         // the limit, or this shard's share of it
 	Amount  int64
+	// PrevFrom, when set, replaces Counter.Previous() as the previous
+	// window's count: the sum of these counters times PrevShare
+	// (numerator, denominator), rounded up. It is set in the first window
+	// of a new shard layout, whose previous window was counted by the old
+	// one.
+	PrevFrom  []Counter
+	PrevShare [2]int64
 
 	owner *rule // the rule charged, when the limiter planned the charge
+	whole int64 // the limit the shares of a sharded charge add up to
+}
+
+// PrevOf returns the previous window's count of c from the counts of its
+// PrevFrom counters (in order): their sum times PrevShare, rounded up.
+func (c *Charge) PrevOf(counts []int64) int64 {
+	var sum int64
+	for _, v := range counts {
+		sum = SatAdd(sum, max(v, 0))
+	}
+	num, den := c.PrevShare[0], c.PrevShare[1]
+	if den <= 0 || num >= den {
+		return sum
+	}
+	hi, lo := bits.Mul64(uint64(sum), uint64(max(num, 0)))
+	q, r := bits.Div64(hi, lo, uint64(den))
+	if r > 0 {
+		q++
+	}
+	return int64(q)
 }
 
 // Ceiling returns the largest value the counter's current window (or gauge)

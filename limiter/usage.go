@@ -58,18 +58,10 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 				continue
 			}
 			// A sharded counter is read shard by shard and summed below.
-			for shard := range r.shards() {
-				c := Charge{
-					Counter: Counter{Rule: r.counter, Child: m.child, Kind: k},
-					Period:  r.Period,
-					Limit:   limit,
-					owner:   r,
-				}
-				if r.Period != Concurrent {
-					c.Counter.Window, _ = windowAt(now, r.Period)
-				}
-				c.Counter.Shard = shard
-				reads = append(reads, c)
+			first := r.newCharge(now, m.child, k, limit, 0)
+			reads = append(reads, first)
+			for shard := 1; shard < layoutOf(first.Counter); shard++ {
+				reads = append(reads, r.newCharge(now, m.child, k, limit, shard))
 			}
 		}
 	}
@@ -92,8 +84,9 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 			}
 			out = append(out, u)
 		}
-		d := DimensionUsage{Kind: c.Counter.Kind, Limit: c.Limit}
-		for j := range r.shards() {
+		n := layoutOf(c.Counter)
+		d := DimensionUsage{Kind: c.Counter.Kind, Limit: r.limitOf(c.Counter.Kind)}
+		for j := range n {
 			d.Used += states[i+j].Cur
 			d.Previous += states[i+j].Prev
 		}
@@ -104,7 +97,7 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 			d.Remaining = slidingRemaining(d.Limit, d.Previous, d.Used, r.Period, elapsed)
 		}
 		out[len(out)-1].Dimensions = append(out[len(out)-1].Dimensions, d)
-		i += r.shards()
+		i += n
 	}
 	return out, nil
 }

@@ -204,6 +204,11 @@ func (a *App) BuildGateway() error {
 	}
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh
+		// The gateway agrees shard layouts with the other instances.
+		a.Watcher.RecordLayouts()
+		if err := a.Watcher.Load(context.Background()); err != nil {
+			a.Log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
+		}
 	}
 	if s.MasterKey != "" {
 		pc.Keys = keyResolver{cache: configstore.NewKeyCache(a.ConfigStore, 0), now: a.Clock}

@@ -75,7 +75,7 @@ func TestReconcilerLoopSettlesAtDefaultInterval(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var logs syncBuffer
-	a, err := app.New(ctx, config.Env{"SET_RATE_LIMIT_": "tpm=100000"}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	a, err := app.New(ctx, config.Env{"SET_RATE_LIMIT_": "tpd=100000"}, slog.New(slog.NewJSONHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +85,7 @@ func TestReconcilerLoopSettlesAtDefaultInterval(t *testing.T) {
 	if err := a.BuildGateway(); err != nil {
 		t.Fatal(err)
 	}
+	served := time.Now() // the day window the requests are counted in
 	for range 3 {
 		r := httptest.NewRequest("POST", "/v1/chat/completions",
 			strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello there"}],"max_tokens":500}`))
@@ -96,7 +97,7 @@ func TestReconcilerLoopSettlesAtDefaultInterval(t *testing.T) {
 		}
 	}
 	used := func() int64 {
-		us, err := a.Limiter.AllUsage(ctx, time.Now())
+		us, err := a.Limiter.AllUsage(ctx, served)
 		if err != nil || len(us) != 1 {
 			t.Fatal(us, err)
 		}

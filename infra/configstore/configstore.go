@@ -32,6 +32,8 @@ type Snapshot struct {
 	Rules []Rule
 	// Generations of rules' counters, by rule key (config rules' too).
 	Generations map[limiter.RuleKey]string
+	// Layouts are the recorded shard layouts, by rule key.
+	Layouts map[limiter.RuleKey]Layout
 	// Version changes with every write.
 	Version int64
 }

@@ -20,6 +20,7 @@ type store interface {
 	PutKey(ctx context.Context, k configstore.Key) error
 	Keys(ctx context.Context) ([]configstore.Key, error)
 	RevokeKey(ctx context.Context, id string) (configstore.Key, error)
+	configstore.Layouts
 }
 
 // The same behaviour from both stores.
@@ -39,6 +40,35 @@ func rule(subject string, period time.Duration, max int64) configstore.Rule {
 
 func suite(t *testing.T, open func(t *testing.T) store) {
 	ctx := context.Background()
+	t.Run("Layouts", func(t *testing.T) {
+		s := open(t)
+		k := limiter.MakeRuleKey(limiter.ScopeProvider, "hot", time.Minute)
+		at := time.Date(2026, 3, 2, 0, 1, 0, 0, time.UTC)
+		l := configstore.Layout{History: []limiter.ShardLayout{{Shards: 1}, {Shards: 4, Since: at}}, Generation: "g1", Writer: at.Add(-time.Hour)}
+		v0, _ := s.Version(ctx)
+		if err := s.SetLayout(ctx, k, l, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetLayout(ctx, k, l, 0); !errors.Is(err, configstore.ErrLayoutChanged) {
+			t.Fatalf("recording over an existing record at version 0: %v", err)
+		}
+		snap, _ := s.Snapshot(ctx)
+		got := snap.Layouts[k]
+		if got.Version != 1 || got.Generation != "g1" || !got.Writer.Equal(l.Writer) || len(got.History) != 2 ||
+			got.History[1].Shards != 4 || !got.History[1].Since.Equal(at) || !got.History[0].Since.IsZero() {
+			t.Fatalf("recorded %+v", got)
+		}
+		if v1, _ := s.Version(ctx); v1 == v0 {
+			t.Fatal("recording a layout did not change the store's version")
+		}
+		l.History = append(l.History, limiter.ShardLayout{Shards: 2, Since: at.Add(time.Hour)})
+		if err := s.SetLayout(ctx, k, l, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetLayout(ctx, k, l, 1); !errors.Is(err, configstore.ErrLayoutChanged) {
+			t.Fatalf("a stale version: %v", err)
+		}
+	})
 	t.Run("Rules", func(t *testing.T) {
 		s := open(t)
 		v0, _ := s.Version(ctx)

@@ -39,10 +39,11 @@ func NewDynamo(api API, table string) *Dynamo {
 }
 
 const (
-	pkRule = "rule"
-	pkGen  = "gen"
-	pkKey  = "key"
-	pkMeta = "meta"
+	pkRule   = "rule"
+	pkGen    = "gen"
+	pkKey    = "key"
+	pkMeta   = "meta"
+	pkLayout = "layout"
 )
 
 func sv(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
@@ -163,7 +164,62 @@ func (d *Dynamo) Snapshot(ctx context.Context) (Snapshot, error) {
 	for _, item := range gens {
 		s.Generations[limiter.RuleKey(getS(item, "sk"))] = getS(item, "g")
 	}
+	layouts, err := d.query(ctx, pkLayout)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s.Layouts = map[limiter.RuleKey]Layout{}
+	for _, item := range layouts {
+		s.Layouts[limiter.RuleKey(getS(item, "sk"))] = decodeLayout(item)
+	}
 	return s, nil
+}
+
+func decodeLayout(item map[string]types.AttributeValue) Layout {
+	l := Layout{Generation: getS(item, "gen"), Writer: time.UnixMilli(getN(item, "writer")).UTC(), Version: getN(item, "lv")}
+	if list, ok := item["history"].(*types.AttributeValueMemberL); ok {
+		for _, v := range list.Value {
+			m, ok := v.(*types.AttributeValueMemberM)
+			if !ok {
+				continue
+			}
+			h := limiter.ShardLayout{Shards: int(getN(m.Value, "shards"))}
+			if ms := getN(m.Value, "since"); ms != 0 {
+				h.Since = time.UnixMilli(ms).UTC()
+			}
+			l.History = append(l.History, h)
+		}
+	}
+	return l
+}
+
+// SetLayout implements Layouts: a conditional write of the rule's layout
+// record, at its version, with the store's version bumped so every
+// gateway reads it.
+func (d *Dynamo) SetLayout(ctx context.Context, k limiter.RuleKey, l Layout, version int64) error {
+	item := key(pkLayout, string(k))
+	hist := make([]types.AttributeValue, len(l.History))
+	for i, h := range l.History {
+		since := int64(0)
+		if !h.Since.IsZero() {
+			since = h.Since.UnixMilli()
+		}
+		hist[i] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"shards": nv(int64(h.Shards)), "since": nv(since)}}
+	}
+	item["history"] = &types.AttributeValueMemberL{Value: hist}
+	item["gen"] = sv(l.Generation)
+	item["writer"] = nv(l.Writer.UnixMilli())
+	item["lv"] = nv(version + 1)
+	put := &types.Put{TableName: aws.String(d.table), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}
+	if version != 0 {
+		put.ConditionExpression = aws.String("lv = :v")
+		put.ExpressionAttributeValues = map[string]types.AttributeValue{":v": nv(version)}
+	}
+	err := d.transact(ctx, []types.TransactWriteItem{{Put: put}, d.bump()})
+	if conditionFailedAt(err, 0) {
+		return ErrLayoutChanged
+	}
+	return awserr.Classify("record shard layout", err)
 }
 
 // Version returns the store's version: one strongly consistent read of a

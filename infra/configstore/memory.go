@@ -15,6 +15,7 @@ type Memory struct {
 	mu      sync.Mutex
 	rules   map[limiter.RuleKey]Rule
 	gens    map[limiter.RuleKey]string
+	layouts map[limiter.RuleKey]Layout
 	keys    map[string]Key // by hash
 	version int64
 	now     func() time.Time
@@ -22,7 +23,8 @@ type Memory struct {
 
 // NewMemory returns an empty Memory store.
 func NewMemory() *Memory {
-	return &Memory{rules: map[limiter.RuleKey]Rule{}, gens: map[limiter.RuleKey]string{}, keys: map[string]Key{}, now: time.Now}
+	return &Memory{rules: map[limiter.RuleKey]Rule{}, gens: map[limiter.RuleKey]string{}, layouts: map[limiter.RuleKey]Layout{},
+		keys: map[string]Key{}, now: time.Now}
 }
 
 // Snapshot returns the rules, generations and version.
@@ -37,7 +39,24 @@ func (m *Memory) Snapshot(context.Context) (Snapshot, error) {
 	for k, g := range m.gens {
 		s.Generations[k] = g
 	}
+	s.Layouts = map[limiter.RuleKey]Layout{}
+	for k, l := range m.layouts {
+		s.Layouts[k] = l
+	}
 	return s, nil
+}
+
+// SetLayout implements Layouts.
+func (m *Memory) SetLayout(_ context.Context, k limiter.RuleKey, l Layout, version int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.layouts[k].Version != version {
+		return ErrLayoutChanged
+	}
+	l.Version = version + 1
+	m.layouts[k] = l
+	m.version++
+	return nil
 }
 
 // Version returns the store's version.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/infra/lru"
@@ -43,6 +44,11 @@ type Watcher struct {
 	checked  time.Time
 	version  int64
 	loaded   bool
+	// started is when this process started watching, its standing when
+	// configurations disagree on a rule's shards (see layouts).
+	started time.Time
+	now     func() time.Time
+	record  atomic.Bool
 }
 
 // DefaultInterval is how stale a gateway's rules may be.
@@ -57,7 +63,7 @@ func NewWatcher(src Source, config []limiter.Rule, l *limiter.Limiter, interval 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Watcher{src: src, config: config, limiter: l, interval: interval, log: log}
+	return &Watcher{src: src, config: config, limiter: l, interval: interval, log: log, started: time.Now(), now: time.Now}
 }
 
 // Refresh brings the rules up to date if Interval has passed since the last
@@ -71,7 +77,7 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	}
 	w.checking = true
 	w.mu.Unlock()
-	err := w.refresh(ctx)
+	err := w.refresh(ctx, now)
 	w.mu.Lock()
 	w.checking = false
 	w.checked = now
@@ -86,10 +92,10 @@ func (w *Watcher) Load(ctx context.Context) error {
 	w.mu.Lock()
 	w.loaded = false
 	w.mu.Unlock()
-	return w.refresh(ctx)
+	return w.refresh(ctx, w.now())
 }
 
-func (w *Watcher) refresh(ctx context.Context) error {
+func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 	v, err := w.src.Version(ctx)
 	if err != nil {
 		return err
@@ -104,7 +110,7 @@ func (w *Watcher) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rs, err := limiter.NewRules(Merge(w.config, snap))
+	rs, err := limiter.NewRules(w.layouts(ctx, Merge(w.config, snap), snap, now))
 	if err != nil {
 		return err
 	}

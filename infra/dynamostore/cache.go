@@ -60,12 +60,12 @@ func (s *Store) prevs(ctx context.Context, now time.Time, charges []limiter.Char
 		if c.Period == limiter.Concurrent {
 			continue
 		}
-		key := CounterKey(c.Counter.Previous())
+		key := prevKey(c)
 		if e, ok := s.prev.Get(key); ok && e.fresh(now, s.opts.TokenPrevRefresh) {
 			out[i] = e.n
 			continue
 		}
-		missing = append(missing, key)
+		missing = append(missing, prevSources(c)...)
 		missingAt = append(missingAt, i)
 	}
 	if len(missing) == 0 {
@@ -75,13 +75,12 @@ func (s *Store) prevs(ctx context.Context, now time.Time, charges []limiter.Char
 	if err != nil {
 		return nil, err
 	}
-	for j, key := range missing {
-		i := missingAt[j]
+	for _, i := range missingAt {
 		c := &charges[i]
 		closed := c.WindowEnd().Add(-c.Period) // the end of the previous window
-		out[i] = got[key]
-		s.prev.Put(key, prevEntry{
-			n:      got[key],
+		out[i] = prevFrom(c, got)
+		s.prev.Put(prevKey(c), prevEntry{
+			n:      out[i],
 			readAt: now,
 			final:  !now.Before(closed.Add(s.opts.ChargeTimeout + time.Second)),
 			tokens: c.Counter.Kind.IsTokens(),
@@ -143,4 +142,40 @@ func (rc rejectCache) remember(now time.Time, ttl time.Duration, charges []limit
 			rc.c.Put(keys[i], rejectEntry{prev: st.Prev, cur: st.Cur, at: now})
 		}
 	}
+}
+
+// prevKey names a charge's previous-window count in the cache: the
+// previous window's counter, or, in the first window of a new shard
+// layout, this shard's share of the old layout's.
+func prevKey(c *limiter.Charge) string {
+	k := CounterKey(c.Counter.Previous())
+	if c.PrevFrom != nil {
+		k = "from-old-layout|" + k
+	}
+	return k
+}
+
+// prevSources are the counters a charge's previous-window count is read
+// from.
+func prevSources(c *limiter.Charge) []string {
+	if c.PrevFrom == nil {
+		return []string{CounterKey(c.Counter.Previous())}
+	}
+	keys := make([]string, len(c.PrevFrom))
+	for i, pc := range c.PrevFrom {
+		keys[i] = CounterKey(pc)
+	}
+	return keys
+}
+
+// prevFrom is a charge's previous-window count from the counts read.
+func prevFrom(c *limiter.Charge, got map[string]int64) int64 {
+	if c.PrevFrom == nil {
+		return got[CounterKey(c.Counter.Previous())]
+	}
+	counts := make([]int64, len(c.PrevFrom))
+	for i, pc := range c.PrevFrom {
+		counts[i] = got[CounterKey(pc)]
+	}
+	return c.PrevOf(counts)
 }

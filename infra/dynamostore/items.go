@@ -15,7 +15,7 @@ import (
 // CounterKey returns the item key of a counter. The rule's length comes
 // first so that no two counters share a key whatever their strings hold:
 // "26:user_path:/team/alpha:60|req|29523456|0|" (rule, kind, window,
-// shard, child).
+// shard, child); a shard of a split counter is "shard/layout", "3/8".
 func CounterKey(c limiter.Counter) string {
 	var b strings.Builder
 	b.Grow(len(c.Rule) + len(c.Child) + 40)
@@ -28,6 +28,10 @@ func CounterKey(c limiter.Counter) string {
 	b.WriteString(strconv.FormatInt(c.Window, 10))
 	b.WriteByte('|')
 	b.WriteString(strconv.Itoa(c.Shard))
+	if c.Shards > 1 {
+		b.WriteByte('/')
+		b.WriteString(strconv.Itoa(c.Shards))
+	}
 	b.WriteByte('|')
 	b.WriteString(c.Child)
 	return b.String()
@@ -249,8 +253,16 @@ func ParseCounterKey(key string) (limiter.Counter, error) {
 	}
 	c.Kind = kindByName[parts[1]]
 	w, err1 := strconv.ParseInt(parts[2], 10, 64)
-	sh, err2 := strconv.Atoi(parts[3])
-	if c.Kind == 0 || err1 != nil || err2 != nil {
+	shard, layout, split := strings.Cut(parts[3], "/")
+	sh, err2 := strconv.Atoi(shard)
+	var err3 error
+	if split {
+		c.Shards, err3 = strconv.Atoi(layout)
+		if err3 == nil && c.Shards < 2 {
+			err3 = bad
+		}
+	}
+	if c.Kind == 0 || err1 != nil || err2 != nil || err3 != nil {
 		return limiter.Counter{}, bad
 	}
 	c.Window, c.Shard, c.Child = w, sh, parts[4]

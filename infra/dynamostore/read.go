@@ -26,7 +26,7 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 		if c.Period == limiter.Concurrent {
 			gauges = true
 		} else {
-			keys = append(keys, CounterKey(c.Counter.Previous()))
+			keys = append(keys, prevSources(c)...)
 		}
 	}
 	if gauges {
@@ -43,7 +43,7 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 		c := &charges[i]
 		out[i].Cur = got[CounterKey(c.Counter)]
 		if c.Period != limiter.Concurrent {
-			out[i].Prev = got[CounterKey(c.Counter.Previous())]
+			out[i].Prev = prevFrom(c, got)
 		}
 	}
 	return out, nil

@@ -198,7 +198,15 @@ func (s *Store) Expire(_ context.Context, now time.Time) (int, error) {
 
 func (s *Store) state(c *limiter.Charge) limiter.State {
 	st := limiter.State{Cur: s.counters[c.Counter].n}
-	if c.Period != limiter.Concurrent {
+	switch {
+	case c.Period == limiter.Concurrent:
+	case c.PrevFrom != nil:
+		counts := make([]int64, len(c.PrevFrom))
+		for i, pc := range c.PrevFrom {
+			counts[i] = s.counters[pc].n
+		}
+		st.Prev = c.PrevOf(counts)
+	default:
 		st.Prev = s.counters[c.Counter.Previous()].n
 	}
 	return st
