@@ -319,3 +319,40 @@ func TestReconcileRemovedActiveLease(t *testing.T) {
 		t.Fatalf("gauge %d after release, want 0", got)
 	}
 }
+
+// A request that outlives its lease (its process stalled, no renewal got
+// through) has its slot given back at expiry and its reservation kept.
+// When it completes after all, its usage is still recorded and settled,
+// once: before, a completion after expiry was silently dropped.
+func TestLateCompletionSettled(t *testing.T) {
+	f := newReconcileFixture(t, tokenRules...)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Hour).Add(5 * time.Second)
+	d, err := f.limiter.Admit(ctx, now, limiter.Request{
+		ID: f.prefix + "late", Subject: limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
+		Route: "chat", InputTokens: 100, OutputTokens: 900,
+	})
+	if err != nil || !d.Allowed {
+		t.Fatal(err)
+	}
+	expired := now.Add(11 * time.Minute) // past the fixture's 10 min lease
+	if rep, err := f.reconciler(t, func() time.Time { return expired }).Run(ctx); err != nil || rep.Swept != 1 {
+		t.Fatalf("sweep: %+v %v, want the expired lease released", rep, err)
+	}
+	if got := f.read(t, now, tokenRules); got["user_path:/team:60/tok"] != 1000 || got["user_path:/team:c/fly"] != 0 {
+		t.Fatalf("after expiry: %v, want the reservation kept and the slot given back", got)
+	}
+	if err := f.limiter.Complete(ctx, expired, d.Lease, limiter.Usage{InputTokens: 100, OutputTokens: 50, Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // once, however often its record is read
+		f.dropCheckpoints(t)
+		if _, err := f.reconciler(t, func() time.Time { return expired }).Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := f.read(t, now, tokenRules)
+		if got["user_path:/team:60/tok"] != 150 || got["model:openai/gpt-4o:60/out"] != 50 || got["user_path:/team:c/fly"] != 0 {
+			t.Fatalf("after the late completion settled: %v, want 150 tokens (50 out) and nothing in flight", got)
+		}
+	}
+}

@@ -164,3 +164,57 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// A stream longer than the lease's TTL keeps its slot: the gateway renews
+// the lease while the request runs. Before, the lease expired under it and
+// a second request took the only slot.
+func TestLongStreamKeepsItsSlot(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		for range 30 { // 3 s
+			fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`+"\n\n")
+			http.NewResponseController(w).Flush()
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+	p, _ := openaip.New(openaip.Config{Name: "openai", BaseURL: up.URL + "/v1", APIKey: "k"})
+	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 1}})
+	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs, LeaseTTL: 600 * time.Millisecond})
+	cat, _ := providers.NewCatalog([]providers.Provider{p}, nil, nil)
+	h, _ := proxy.New(proxy.Config{Limiter: l, Catalog: cat})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	body := `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	done := make(chan int64, 1)
+	start := time.Now()
+	go func() {
+		res, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			done <- -1
+			return
+		}
+		n, _ := io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		done <- n
+	}()
+	for _, at := range []time.Duration{300 * time.Millisecond, 1200 * time.Millisecond, 2500 * time.Millisecond} {
+		time.Sleep(time.Until(start.Add(at)))
+		res, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 429 {
+			t.Fatalf("a second request at about %v into a 3 s stream on a lease of 600 ms: %d, want 429", at, res.StatusCode)
+		}
+	}
+	if n := <-done; n <= 0 {
+		t.Fatal("the long stream did not finish")
+	}
+}

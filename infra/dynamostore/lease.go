@@ -132,10 +132,12 @@ func (s *Store) Complete(ctx context.Context, now time.Time, l *limiter.Lease, u
 	}
 	old, err := s.finishLease(ctx, now, l.ID, StatusCompleted, StatusActive, &used, &released)
 	switch {
-	case err == nil || old == nil:
+	case err != nil:
 		return err
+	case old == nil:
+		return nil // completed now (or the lease is gone)
 	case old.Status != StatusExpired:
-		return nil // completed before (a resend that landed), refused, or gone
+		return nil // completed before (a resend that landed), or refused
 	}
 	// Late: it expired (its slots were released then) and is settled now.
 	_, err = s.finishLease(ctx, now, l.ID, StatusCompleted, StatusExpired, &used, nil)

@@ -231,3 +231,49 @@ func TestShardedRuleAcrossInstances(t *testing.T) {
 		t.Fatalf("%d admitted over 4 shards, want exactly 30", admitted.Load())
 	}
 }
+
+// A charge sent just before its window closed can land just after another
+// process first read the closed window as its previous one. A previous
+// request window read within ChargeTimeout of its close is read again each
+// second, so the late charge weighs on the next window a second later at
+// most; read after that it is final and cached for good.
+func TestLateChargeOnClosedWindowSeen(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	reader := openStore(t, prefix, dynamostore.Options{})
+	late := openStore(t, prefix, dynamostore.Options{})
+	ctx := context.Background()
+	closing := storetest.T0.Add(59 * time.Second)
+	w0 := minuteCharge("late", closing, 10, 1)
+	for range 9 {
+		if out, _ := late.Charge(ctx, closing, []limiter.Charge{w0}, nil); !out.Admitted {
+			t.Fatal("refused below the limit")
+		}
+	}
+	// 1 s into the next window the reader sees 9 in the previous one.
+	at := storetest.T0.Add(61 * time.Second)
+	w1 := minuteCharge("late", at, 10, 1)
+	out, err := reader.Charge(ctx, at, []limiter.Charge{w1}, nil)
+	if err != nil || !out.Admitted || out.States[0].Prev != 9 {
+		t.Fatalf("first read of the closed window: %+v %v", out, err)
+	}
+	// The tenth charge of the closed window lands late.
+	if out, _ := late.Charge(ctx, closing, []limiter.Charge{w0}, nil); !out.Admitted {
+		t.Fatal("the late charge was refused")
+	}
+	out, _ = reader.Charge(ctx, at.Add(500*time.Millisecond), []limiter.Charge{w1}, nil)
+	if out.States[0].Prev != 9 {
+		t.Fatalf("within the second the reader re-read: prev %d", out.States[0].Prev)
+	}
+	out, _ = reader.Charge(ctx, at.Add(1100*time.Millisecond), []limiter.Charge{w1}, nil)
+	if out.States[0].Prev != 10 {
+		t.Fatalf("a second later the reader still has prev %d, want the late charge counted (10)", out.States[0].Prev)
+	}
+	// Past ChargeTimeout after the close, the count is final: cached.
+	final := storetest.T0.Add(65 * time.Second)
+	reader.Charge(ctx, final, []limiter.Charge{w1}, nil)
+	before := reader.Stats().RoundTrips
+	reader.Charge(ctx, final.Add(20*time.Second), []limiter.Charge{w1}, nil)
+	if got := reader.Stats().RoundTrips - before; got != 1 {
+		t.Fatalf("%d round trips once the closed window is final, want 1", got)
+	}
+}

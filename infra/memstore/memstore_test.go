@@ -1,10 +1,13 @@
 package memstore_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/infra/memstore"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/reconcile"
 	"github.com/tollgate/tollgate/limiter/storetest"
 )
 
@@ -13,4 +16,40 @@ func TestBehaviour(t *testing.T) {
 		s := memstore.New()
 		return func() limiter.Store { return s }
 	})
+}
+
+// The embedded store keeps an expired lease long enough that a late
+// completion's usage still reaches its change feed, and is settled once.
+func TestLateCompletionSettled(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	now := storetest.T0.Add(time.Second)
+	tok := limiter.Charge{Counter: limiter.Counter{Rule: "late", Kind: limiter.KindTokens, Window: now.UnixNano() / int64(time.Minute)},
+		Period: time.Minute, Limit: 10000, Amount: 1000}
+	g := limiter.Charge{Counter: limiter.Counter{Rule: "late-g", Kind: limiter.KindInFlight}, Period: limiter.Concurrent, Limit: 1, Amount: 1}
+	l := &limiter.Lease{ID: "late", AdmittedAt: now, ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{tok, g},
+		Reserved: limiter.Usage{InputTokens: 100, OutputTokens: 900}}
+	if out, _ := s.Charge(ctx, now, []limiter.Charge{tok, g}, l); !out.Admitted {
+		t.Fatal("refused")
+	}
+	if n, _ := s.Expire(ctx, now.Add(2*time.Minute)); n != 1 {
+		t.Fatalf("expired %d", n)
+	}
+	if err := s.Complete(ctx, now.Add(3*time.Minute), l, limiter.Usage{InputTokens: 100, OutputTokens: 50, Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	rc, _ := reconcile.New(reconcile.Config{Source: s.Feed(), Store: s})
+	if _, err := rc.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, now.Add(4*time.Minute), l, limiter.Usage{InputTokens: 100, OutputTokens: 50, Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Read(ctx, now, []limiter.Charge{tok, g})
+	if st[0].Cur != 150 || st[1].Cur != 0 {
+		t.Fatalf("tokens %d, in flight %d; want 150 settled once and nothing in flight", st[0].Cur, st[1].Cur)
+	}
 }

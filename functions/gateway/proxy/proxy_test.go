@@ -43,6 +43,11 @@ type fixture struct {
 
 func newFixture(t *testing.T, master string, rules ...limiter.Rule) *fixture {
 	t.Helper()
+	return newFixtureTB(t, master, rules...)
+}
+
+func newFixtureTB(t testing.TB, master string, rules ...limiter.Rule) *fixture {
+	t.Helper()
 	f := &fixture{store: memstore.New(), now: t0.Add(10 * time.Second)}
 	rs, err := limiter.NewRules(rules)
 	if err != nil {
