@@ -151,18 +151,32 @@ func BenchmarkAdmission(b *testing.B) {
 		}},
 		{"3rules+tokens+slot", 5, []limiter.Rule{
 			{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: huge, MaxTokens: huge},
-			{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: huge},
+			{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: limiter.MaxSlotsPerShard},
 			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Hour, MaxRequests: huge},
 		}},
 	}
 	for _, c := range cases {
 		for _, r := range rtts {
-			b.Run(c.name+"/"+r.name, func(b *testing.B) { benchmarkAdmission(b, r.rtt, c.calls, c.rules) })
+			b.Run(c.name+"/"+r.name, func(b *testing.B) { benchmarkAdmission(b, r.rtt, c.calls, c.rules, 0) })
 		}
+	}
+	// A slot costs what its gauge item weighs, which grows with the slots
+	// held: admissions at a concurrency rule's limit (the rule's other
+	// slots all held), on one shard and on several.
+	for _, c := range []struct {
+		limit  int64
+		shards int
+	}{{10, 0}, {50, 0}, {200, 0}, {200, 8}} {
+		rules := []limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: c.limit, Shards: c.shards}}
+		b.Run(fmt.Sprintf("slot-at-limit-%d-shards-%d/local", c.limit, max(c.shards, 1)), func(b *testing.B) {
+			benchmarkAdmission(b, 0, 2, rules, c.limit-1)
+		})
 	}
 }
 
-func benchmarkAdmission(b *testing.B, rtt time.Duration, calls int, rules []limiter.Rule) {
+// benchmarkAdmission measures admissions; each one's lease is completed
+// after it (outside the measure), with held other slots held throughout.
+func benchmarkAdmission(b *testing.B, rtt time.Duration, calls int, rules []limiter.Rule, held int64) {
 	prefix := dynamotest.Prefix(b)
 	api := benchClient(b, rtt)
 	store, err := dynamostore.New(dynamostore.Options{API: api, TablePrefix: prefix})
@@ -190,9 +204,23 @@ func benchmarkAdmission(b *testing.B, rtt time.Duration, calls int, rules []limi
 	}
 	warm := req
 	warm.ID = "warm"
-	if _, err := l.Admit(ctx, now, warm); err != nil {
+	if d, err := l.Admit(ctx, now, warm); err != nil {
+		b.Fatal(err)
+	} else if err := l.Complete(ctx, now, d.Lease, limiter.Usage{}); err != nil {
 		b.Fatal(err)
 	}
+	// The slots the others hold, on every shard: a slot's write weighs
+	// its shard's entries.
+	for i := range held {
+		hold := req
+		hold.ID = fmt.Sprintf("%0*d", len(fmt.Sprint(held)), i) // compact ids, as the gateway's leaseID makes
+		hold.ID = fmt.Sprintf("aaaaaaaaaaaaaaa%s.0.0", hold.ID)[len(hold.ID):]
+		if d, err := l.Admit(ctx, now, hold); err != nil || !d.Allowed {
+			b.Fatal(err, d.Refused)
+		}
+	}
+	var completeWCU float64
+	var completeCalls int64
 	before := store.Stats()
 	lat := latencies{}
 	var n atomic.Int64
@@ -205,9 +233,19 @@ func benchmarkAdmission(b *testing.B, rtt time.Duration, calls int, rules []limi
 			b.Fatal(err, d.Refused)
 		}
 		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		pre := store.Stats()
+		if err := l.Complete(ctx, now, d.Lease, limiter.Usage{InputTokens: 100, OutputTokens: 50, Exact: true}); err != nil {
+			b.Fatal(err)
+		}
+		completeWCU += store.Stats().WCU - pre.WCU
+		completeCalls += store.Stats().RoundTrips - pre.RoundTrips
+		b.StartTimer()
 		now = now.Add(time.Microsecond)
 	}
 	after := store.Stats()
+	after.WCU -= completeWCU
+	after.RoundTrips -= completeCalls
 	ops := float64(len(lat))
 	b.ReportMetric(micro(lat.pct(0.5)), "p50-µs")
 	b.ReportMetric(micro(lat.pct(0.99)), "p99-µs")
@@ -218,6 +256,7 @@ func benchmarkAdmission(b *testing.B, rtt time.Duration, calls int, rules []limi
 	b.ReportMetric(float64(after.RoundTrips-before.RoundTrips)/ops, "calls/op")
 	b.ReportMetric((after.WCU-before.WCU)/ops, "WCU/op")
 	b.ReportMetric((after.IndexWCU-before.IndexWCU)/ops, "idxWCU/op")
+	b.ReportMetric(completeWCU/ops, "complete-WCU/op")
 }
 
 // BenchmarkTransact3 is the alternative the store does not take: three

@@ -3,6 +3,8 @@ package bpe
 import (
 	"strings"
 	"testing"
+
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
 
 // English prose, about 1 MiB.
@@ -37,6 +39,35 @@ func BenchmarkLoad(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := load("o200k_base", o200kData, splitO200K); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// tiktoken-go beside it, in the same run: prose at 1 MiB; the unbroken
+// word at 64 KiB only (it is quadratic: 1 MiB takes minutes).
+func benchOracle(b *testing.B, name, text string) {
+	enc := oracle(b, name)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n = len(enc.EncodeOrdinary(text))
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/token")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)*float64(1<<20)/float64(len(text)), "ns/MiB")
+}
+
+func BenchmarkTiktokenGoProseO200K(b *testing.B) { benchOracle(b, "o200k_base", prose) }
+func BenchmarkTiktokenGoWord64KO200K(b *testing.B) {
+	benchOracle(b, "o200k_base", word[:64<<10])
+}
+func BenchmarkCountWord64KO200K(b *testing.B) { benchCount(b, word[:64<<10], O200K) }
+
+// Loading tiktoken-go's tables, for comparison with BenchmarkLoad.
+func BenchmarkTiktokenGoLoad(b *testing.B) {
+	for b.Loop() {
+		if _, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe("o200k_base.tiktoken"); err != nil {
 			b.Fatal(err)
 		}
 	}
