@@ -381,3 +381,19 @@ func TestAdminChangesReachOtherInstances(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// An admin body over the limit is 413, one that says it is not JSON 415,
+// each in the admin API's error shape; nothing is changed.
+func TestAdminBodyLimits(t *testing.T) {
+	a := newInstance(t, dynamotest.Prefix(t), time.Now().Truncate(time.Hour), config.Env{})
+	huge := `{"user_path":"/x","limit_key":{"period":"minute"},"max_requests":1,"pad":"` + strings.Repeat("x", 2<<20) + `"}`
+	if s, body := a.call(t, "PUT", "/admin/rate-limits", master, huge); s != 413 || !strings.Contains(string(body), `"error"`) {
+		t.Fatalf("a 2 MiB body: %d %.200s", s, body)
+	}
+	if s, body := a.call(t, "PUT", "/admin/rate-limits", master, `user_path=/x`, "Content-Type", "text/plain"); s != 415 || !strings.Contains(string(body), "application/json") {
+		t.Fatalf("text/plain: %d %s", s, body)
+	}
+	if rules := listRules(t, a); len(rules) != 0 {
+		t.Fatalf("rules after refused bodies: %v", rules)
+	}
+}

@@ -35,9 +35,22 @@ func BenchmarkRequestCost(b *testing.B) {
 		f := newReconcileFixture(b, rules...)
 		now := time.Now().Truncate(time.Minute)
 		ctx := context.Background()
-		leases := make([]*limiter.Lease, n)
-		s0 := f.store.Stats()
+		// Requests overlap as they would: 20 in flight (the slot gauge
+		// holds 20 entries), each completed once 20 later ones started.
+		var inFlight []*limiter.Lease
+		done := 0
+		completeOne := func() {
+			l := inFlight[0]
+			inFlight = inFlight[1:]
+			s := f.store.Stats()
+			if err := f.limiter.Complete(ctx, now, l, limiter.Usage{InputTokens: 90 + int64(done%20), OutputTokens: int64(done % 400), Exact: true}); err != nil {
+				b.Fatal(err)
+			}
+			complete = addStats(complete, subStats(f.store.Stats(), s))
+			done++
+		}
 		for i := range n {
+			s := f.store.Stats()
 			d, err := f.limiter.Admit(ctx, now, limiter.Request{
 				ID:      "cost-" + strconv.Itoa(i),
 				Subject: limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
@@ -46,23 +59,21 @@ func BenchmarkRequestCost(b *testing.B) {
 			if err != nil || !d.Allowed {
 				b.Fatal(err, d.Refused)
 			}
-			leases[i] = d.Lease
-		}
-		s1 := f.store.Stats()
-		for i, l := range leases {
-			if err := f.limiter.Complete(ctx, now, l, limiter.Usage{InputTokens: 90 + int64(i%20), OutputTokens: int64(i % 400), Exact: true}); err != nil {
-				b.Fatal(err)
+			admit = addStats(admit, subStats(f.store.Stats(), s))
+			inFlight = append(inFlight, d.Lease)
+			if len(inFlight) == 20 {
+				completeOne()
 			}
+		}
+		for len(inFlight) > 0 {
+			completeOne()
 		}
 		s2 := f.store.Stats()
 		rep, err := f.reconciler(b, func() time.Time { return now }).Run(ctx)
 		if err != nil || rep.Completed != n {
 			b.Fatalf("reconciled %d of %d: %v", rep.Completed, n, err)
 		}
-		s3 := f.store.Stats()
-		admit = addStats(admit, subStats(s1, s0))
-		complete = addStats(complete, subStats(s2, s1))
-		settle = addStats(settle, subStats(s3, s2))
+		settle = addStats(settle, subStats(f.store.Stats(), s2))
 	}
 	per := float64(n * b.N)
 	report := func(phase string, s dynamostore.Stats) {
@@ -142,7 +153,7 @@ func BenchmarkRequestStoreTime(b *testing.B) {
 func costRules() []limiter.Rule {
 	return []limiter.Rule{
 		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40},
-		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Concurrent, MaxRequests: 1 << 20},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Concurrent, MaxRequests: 50},
 		{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40},
 	}
 }
