@@ -123,6 +123,31 @@ func TestReconcilerLoopSettlesAtDefaultInterval(t *testing.T) {
 	}
 }
 
+// serveChats sends n chat completions reserving 500 output tokens each.
+func serveChats(t *testing.T, a *app.App, n int) {
+	t.Helper()
+	for range n {
+		r := httptest.NewRequest("POST", "/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello there"}],"max_tokens":500}`))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		a.Gateway.ServeHTTP(w, r)
+		if w.Code != 200 {
+			t.Fatalf("status %d %s", w.Code, w.Body)
+		}
+	}
+}
+
+// usedTokens reads the one rule's current count in the window of at.
+func usedTokens(t *testing.T, a *app.App, at time.Time) int64 {
+	t.Helper()
+	us, err := a.Limiter.AllUsage(context.Background(), at)
+	if err != nil || len(us) != 1 {
+		t.Fatal(us, err)
+	}
+	return us[0].Dimensions[0].Used
+}
+
 // syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
 type syncBuffer struct {
 	mu sync.Mutex
