@@ -38,7 +38,7 @@ func BenchmarkCountWordCL100K(b *testing.B)  { benchCount(b, word, CL100K) }
 func BenchmarkLoad(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := load("o200k_base", o200kData, splitO200K); err != nil {
+		if _, err := load("o200k_base", o200kData, matchO200K); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -45,7 +45,7 @@ var (
 // Encoding is one byte-pair encoding: its rank table and its pattern.
 type Encoding struct {
 	name    string
-	split   func(text string, piece func(p string))
+	match   func(text string, i int) int // the end of the piece at i
 	n       uint32
 	mask    uint32 // table size − 1
 	longest int
@@ -62,17 +62,17 @@ var (
 
 // O200K is o200k_base (gpt-4o, gpt-4.1, gpt-5, o-series).
 func O200K() (*Encoding, error) {
-	o200kOnce.Do(func() { o200k, o200kErr = load("o200k_base", o200kData, splitO200K) })
+	o200kOnce.Do(func() { o200k, o200kErr = load("o200k_base", o200kData, matchO200K) })
 	return o200k, o200kErr
 }
 
 // CL100K is cl100k_base (gpt-4, gpt-3.5, text-embedding-3).
 func CL100K() (*Encoding, error) {
-	cl100Once.Do(func() { cl100k, cl100kErr = load("cl100k_base", cl100kData, splitCL100K) })
+	cl100Once.Do(func() { cl100k, cl100kErr = load("cl100k_base", cl100kData, matchCL100K) })
 	return cl100k, cl100kErr
 }
 
-func load(name string, data []byte, split func(string, func(string))) (*Encoding, error) {
+func load(name string, data []byte, match func(string, int) int) (*Encoding, error) {
 	bad := errors.New("bpe: " + name + ": malformed table (run go generate ./providers/tokens/bpe)")
 	if len(data) < HeaderSize || string(data[:8]) != Magic {
 		return nil, bad
@@ -88,7 +88,7 @@ func load(name string, data []byte, split func(string, func(string))) (*Encoding
 		return nil, bad
 	}
 	e := &Encoding{
-		name: name, split: split, n: n, mask: size - 1, longest: int(longest),
+		name: name, match: match, n: n, mask: size - 1, longest: int(longest),
 		offsets: data[HeaderSize:offEnd], table: data[offEnd:tabEnd], blob: data[tabEnd:],
 	}
 	if int(e.offset(n)) != len(e.blob) {
@@ -141,33 +141,53 @@ func (e *Encoding) rank(b []byte) (uint32, bool) {
 }
 
 // Count returns how many tokens text encodes to, as tiktoken's
-// encode_ordinary would (special tokens are plain text).
+// encode_ordinary would (special tokens are plain text). It allocates
+// nothing but for text that is not valid UTF-8.
 func (e *Encoding) Count(text string) int {
-	n := 0
-	e.encode(text, func(uint32) { n++ })
-	return n
+	m := mergerPool.Get().(*merger)
+	defer mergerPool.Put(m)
+	m.keep = false
+	m.count = 0
+	e.encode(text, m)
+	return m.count
 }
 
 // Encode returns the tokens of text.
 func (e *Encoding) Encode(text string) []int {
-	var out []int
-	e.encode(text, func(r uint32) { out = append(out, int(r)) })
+	m := mergerPool.Get().(*merger)
+	defer mergerPool.Put(m)
+	m.keep = true
+	m.out = m.out[:0]
+	e.encode(text, m)
+	out := make([]int, len(m.out))
+	for i, r := range m.out {
+		out[i] = int(r)
+	}
 	return out
 }
 
-func (e *Encoding) encode(text string, emit func(uint32)) {
+// split calls piece with each piece of text, for tests.
+func (e *Encoding) split(text string, piece func(string)) {
+	for i := 0; i < len(text); {
+		j := e.match(text, i)
+		piece(text[i:j])
+		i = j
+	}
+}
+
+func (e *Encoding) encode(text string, m *merger) {
 	if !utf8.ValidString(text) {
 		// As tiktoken-go reads text: every invalid byte is U+FFFD.
 		text = string([]rune(text))
 	}
-	m := mergerPool.Get().(*merger)
-	defer mergerPool.Put(m)
-	e.split(text, func(p string) {
-		b := unsafe.Slice(unsafe.StringData(p), len(p)) // read only
+	for i := 0; i < len(text); {
+		j := e.match(text, i)
+		b := unsafe.Slice(unsafe.StringData(text[i:j]), j-i) // read only
 		if r, ok := e.rank(b); ok {
-			emit(r)
-			return
+			m.emit(r)
+		} else {
+			m.merge(e, b)
 		}
-		m.merge(e, b, emit)
-	})
+		i = j
+	}
 }

@@ -31,23 +31,35 @@ type merger struct {
 	// previous part's start, the pair's rank, and its index in heap
 	next, prev, at []uint32
 	heap           []uint64 // rank<<32 | part start: the lowest, leftmost first
+	// What merging yields: the ranks when keep is set, else their count.
+	keep  bool
+	out   []uint32
+	count int
+}
+
+func (m *merger) emit(r uint32) {
+	if m.keep {
+		m.out = append(m.out, r)
+		return
+	}
+	m.count++
 }
 
 var mergerPool = sync.Pool{New: func() any { return new(merger) }}
 
 // merge emits the ranks of b's parts after merging.
-func (m *merger) merge(e *Encoding, b []byte, emit func(uint32)) {
+func (m *merger) merge(e *Encoding, b []byte) {
 	switch {
 	case len(b) == 1:
 		r, _ := e.rank(b) // every byte is a token
-		emit(r)
+		m.emit(r)
 	case len(b) <= scanMax:
-		m.scan(e, b, emit)
+		m.scan(e, b)
 	case len(b) <= MaxExactPiece:
-		m.heapMerge(e, b, emit)
+		m.heapMerge(e, b)
 	default:
 		for range b {
-			emit(none)
+			m.emit(none)
 		}
 	}
 }
@@ -60,7 +72,7 @@ func pairRank(e *Encoding, b []byte, from, to uint32) uint32 {
 	return none
 }
 
-func (m *merger) scan(e *Encoding, b []byte, emit func(uint32)) {
+func (m *merger) scan(e *Encoding, b []byte) {
 	n := uint32(len(b))
 	m.starts = m.starts[:0]
 	for i := range n + 1 {
@@ -103,7 +115,7 @@ func (m *merger) scan(e *Encoding, b []byte, emit func(uint32)) {
 	}
 	for i := 0; i+1 < len(starts); i++ {
 		r, _ := e.rank(b[starts[i]:starts[i+1]])
-		emit(r)
+		m.emit(r)
 	}
 }
 
@@ -198,7 +210,7 @@ func grow(s []uint32, n int) []uint32 {
 	return s[:n]
 }
 
-func (m *merger) heapMerge(e *Encoding, b []byte, emit func(uint32)) {
+func (m *merger) heapMerge(e *Encoding, b []byte) {
 	n := uint32(len(b))
 	m.next = grow(m.next, int(n)+1)
 	m.prev = grow(m.prev, int(n)+1)
@@ -237,7 +249,7 @@ func (m *merger) heapMerge(e *Encoding, b []byte, emit func(uint32)) {
 	}
 	for s := uint32(0); s < n; s = m.next[s] {
 		r, _ := e.rank(b[s:m.next[s]])
-		emit(r)
+		m.emit(r)
 	}
 	// Keep the work space of a large piece only if it is not huge.
 	if n > 1<<16 {

@@ -193,14 +193,6 @@ func space(t string, i int) int {
 	return last
 }
 
-func splitCL100K(t string, piece func(string)) {
-	for i := 0; i < len(t); {
-		j := matchCL100K(t, i)
-		piece(t[i:j])
-		i = j
-	}
-}
-
 func matchCL100K(t string, i int) int {
 	c0, n0 := at(t, i)
 	if j := contraction(t, i); j > 0 {
@@ -236,14 +228,6 @@ func punctuation(t string, i int, c0 uint8, n0 int) int {
 		return notIn(t, i, cS|cL|cN)
 	}
 	return -1
-}
-
-func splitO200K(t string, piece func(string)) {
-	for i := 0; i < len(t); {
-		j := matchO200K(t, i)
-		piece(t[i:j])
-		i = j
-	}
 }
 
 func matchO200K(t string, i int) int {
