@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/providers/jsonx"
 )
 
 // MaxErrorBody bounds how much of an upstream error body is kept.
@@ -235,22 +239,34 @@ func CopyHeaders(w http.ResponseWriter, resp *http.Response) {
 // model, and any other members given in set. The rest of the body is kept
 // byte for byte.
 func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil {
-		return nil, err
-	}
+	kvs := make([]jsonx.KV, 0, len(set)+1)
 	if model != "" {
-		m, _ := json.Marshal(model)
-		obj["model"] = m
+		if v, ok := jsonx.Member(body, "model"); !ok || string(v) != strconv.Quote(model) || !plainASCII(model) {
+			m, _ := json.Marshal(model)
+			kvs = append(kvs, jsonx.KV{Key: "model", Value: m})
+		}
 	}
-	for k, v := range set {
-		raw, err := json.Marshal(v)
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		raw, err := json.Marshal(set[k])
 		if err != nil {
 			return nil, err
 		}
-		obj[k] = raw
+		kvs = append(kvs, jsonx.KV{Key: k, Value: raw})
 	}
-	return json.Marshal(obj)
+	if len(kvs) == 0 {
+		return body, nil // nothing to change
+	}
+	return jsonx.Set(body, kvs...)
+}
+
+// plainASCII reports whether s quotes the same in Go and in JSON.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // ReadAll reads a whole non-streaming answer, at most max bytes.

@@ -120,6 +120,7 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 		sse.Header(w, resp.StatusCode)
 		sw := sse.NewWriter(w)
 		rd := sse.NewReader(resp.Body)
+		defer rd.Close()
 		var acc usageAcc
 		for {
 			ev, err := rd.Next()

@@ -289,6 +289,7 @@ func (p *Provider) streamChat(w http.ResponseWriter, resp *http.Response, res pr
 	sse.Header(w, http.StatusOK)
 	sw := sse.NewWriter(w)
 	rd := sse.NewReader(resp.Body)
+	defer rd.Close()
 	var acc usageAcc
 	id, model := "chatcmpl-anthropic", c.Model
 	created := p.cfg.Now().Unix()

@@ -126,6 +126,7 @@ func (p *Provider) generate(ctx context.Context, w http.ResponseWriter, r *provi
 		sse.Header(w, resp.StatusCode)
 		sw := sse.NewWriter(w)
 		rd := sse.NewReader(resp.Body)
+		defer rd.Close()
 		for {
 			ev, err := rd.Next()
 			if err != nil {
@@ -416,6 +417,7 @@ func (p *Provider) streamChat(w http.ResponseWriter, resp *http.Response, res pr
 	sse.Header(w, http.StatusOK)
 	sw := sse.NewWriter(w)
 	rd := sse.NewReader(resp.Body)
+	defer rd.Close()
 	send := func(ch chat.Chunk) error {
 		ch.ID, ch.Object, ch.Created, ch.Model = id, "chat.completion.chunk", created, model
 		b, _ := json.Marshal(ch)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/jsonx"
 	"github.com/tollgate/tollgate/providers/sse"
 )
 
@@ -142,11 +143,10 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 	set := map[string]any{}
 	clientWantsUsage := false
 	if r.Stream {
-		var opts struct {
-			StreamOptions map[string]any `json:"stream_options"`
+		var so map[string]any
+		if raw, ok := jsonx.Member(r.Body, "stream_options"); ok {
+			_ = json.Unmarshal(raw, &so)
 		}
-		_ = json.Unmarshal(r.Body, &opts)
-		so := opts.StreamOptions
 		if so == nil {
 			so = map[string]any{}
 		}
@@ -197,6 +197,7 @@ func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, kee
 	sse.Header(w, resp.StatusCode)
 	sw := sse.NewWriter(w)
 	rd := sse.NewReader(resp.Body)
+	defer rd.Close()
 	for {
 		ev, err := rd.Next()
 		if err != nil {

@@ -2,9 +2,9 @@ package openai
 
 import (
 	"bytes"
-	"encoding/json"
 
 	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/jsonx"
 	"github.com/tollgate/tollgate/providers/sse"
 )
 
@@ -36,18 +36,71 @@ func (u *usage) toUsage() providers.Usage {
 }
 
 // chatUsage reads the usage block of a chat completion, an embedding
-// answer or a stream chunk.
+// answer or a stream chunk, decoding nothing else of it.
 func chatUsage(body []byte) (providers.Usage, bool) {
 	if !bytes.Contains(body, []byte(`"usage"`)) {
 		return providers.Usage{}, false
 	}
-	var b struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(body, &b) != nil || b.Usage == nil {
+	raw, ok := jsonx.Member(body, "usage")
+	if !ok {
 		return providers.Usage{}, false
 	}
-	return b.Usage.toUsage(), true
+	return parseUsage(raw)
+}
+
+// parseUsage reads a usage object's counts (either shape) without a
+// decoder: a handful of member lookups.
+func parseUsage(raw []byte) (providers.Usage, bool) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return providers.Usage{}, false
+	}
+	var u usage
+	err := jsonx.Fields(raw, func(key []byte, start, end int) bool {
+		v := raw[start:end]
+		switch string(key) {
+		case `"prompt_tokens"`:
+			u.PromptTokens = jsonx.ParseInt(v)
+		case `"completion_tokens"`:
+			u.CompletionTokens = jsonx.ParseInt(v)
+		case `"input_tokens"`:
+			u.InputTokens = jsonx.ParseInt(v)
+		case `"output_tokens"`:
+			u.OutputTokens = jsonx.ParseInt(v)
+		case `"prompt_tokens_details"`:
+			u.PromptTokensDetails.CachedTokens, _ = jsonx.Int(v, "cached_tokens")
+		case `"input_tokens_details"`:
+			u.InputTokensDetails.CachedTokens, _ = jsonx.Int(v, "cached_tokens")
+		}
+		return true
+	})
+	return u.toUsage(), err == nil
+}
+
+// hasOutput reports whether a chunk's choices carry output: a delta with
+// content, tool calls or a refusal.
+func hasOutput(choices []byte) bool {
+	found := false
+	_ = jsonx.Elements(choices, func(ch []byte) bool {
+		delta, ok := jsonx.Member(ch, "delta")
+		if !ok {
+			return true
+		}
+		_ = jsonx.Fields(delta, func(key []byte, start, end int) bool {
+			switch string(key) {
+			case `"content"`, `"tool_calls"`, `"refusal"`:
+				found = !empty(delta[start:end])
+			}
+			return !found
+		})
+		return !found
+	})
+	return found
+}
+
+// empty reports whether a raw JSON value is null, "" or [].
+func empty(v []byte) bool {
+	s := string(bytes.TrimSpace(v))
+	return s == "null" || s == `""` || s == "[]"
 }
 
 // responsesUsage reads the usage of a Responses API answer.
@@ -63,32 +116,26 @@ func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool) bool
 	if bytes.Equal(ev.Data, []byte("[DONE]")) {
 		return true
 	}
-	var c struct {
-		Choices []struct {
-			Delta struct {
-				Content   string            `json:"content"`
-				ToolCalls []json.RawMessage `json:"tool_calls"`
-				Refusal   string            `json:"refusal"`
-			} `json:"delta"`
-		} `json:"choices"`
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(ev.Data, &c) != nil {
+	// One pass over the chunk for its choices and its usage.
+	var choices, usageRaw []byte
+	_ = jsonx.Fields(ev.Data, func(key []byte, start, end int) bool {
+		switch string(key) {
+		case `"choices"`:
+			choices = ev.Data[start:end]
+		case `"usage"`:
+			usageRaw = ev.Data[start:end]
+		}
 		return true
-	}
-	if c.Usage != nil {
-		res.Usage = c.Usage.toUsage()
-		if len(c.Choices) == 0 {
+	})
+	if u, ok := parseUsage(usageRaw); ok {
+		res.Usage = u
+		if len(choices) == 0 || empty(choices) {
 			return clientWantsUsage
 		}
 		return true
 	}
-	for _, ch := range c.Choices {
-		if ch.Delta.Content != "" || len(ch.Delta.ToolCalls) > 0 || ch.Delta.Refusal != "" {
-			if !res.Usage.Reported {
-				res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
-			}
-		}
+	if len(choices) > 0 && !res.Usage.Reported && hasOutput(choices) {
+		res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
 	}
 	return true
 }
@@ -98,13 +145,10 @@ func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool) bool
 func responsesStream(ev sse.Event, res *providers.Result) bool {
 	switch ev.Name {
 	case "response.completed", "response.incomplete", "response.failed":
-		var e struct {
-			Response struct {
-				Usage *usage `json:"usage"`
-			} `json:"response"`
-		}
-		if json.Unmarshal(ev.Data, &e) == nil && e.Response.Usage != nil {
-			res.Usage = e.Response.Usage.toUsage()
+		if raw, ok := jsonx.Path(ev.Data, "response", "usage"); ok {
+			if u, ok := parseUsage(raw); ok {
+				res.Usage = u
+			}
 		}
 	case "response.output_text.delta":
 		if !res.Usage.Reported {

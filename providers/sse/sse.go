@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 )
 
 // Event is one server-sent event. Raw is the event exactly as it arrived,
@@ -27,10 +28,25 @@ type Reader struct {
 	raw bytes.Buffer
 }
 
-// NewReader returns a Reader on r.
+// NewReader returns a Reader on r. Close gives its buffer back.
 func NewReader(r io.Reader) *Reader {
-	return &Reader{r: bufio.NewReaderSize(r, 32<<10)}
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &Reader{r: br}
 }
+
+// Close lets the reader's buffer serve another stream.
+func (rd *Reader) Close() {
+	if rd.r != nil {
+		rd.r.Reset(nil)
+		readers.Put(rd.r)
+		rd.r = nil
+	}
+}
+
+// readers pools the buffers of Readers: an event is a few hundred bytes,
+// and a longer line is gathered whole anyway.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
 
 // ErrTooLong is returned for an event over MaxEventBytes.
 var ErrTooLong = errors.New("sse: event too long")

@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/jsonx"
 )
 
 // chatRequest is what admission reads of an OpenAI chat completion; the
@@ -93,10 +95,19 @@ const (
 
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
-	var req chatRequest
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	caller, body, ok := h.begin(w, r, proto)
 	if !ok {
 		return
+	}
+	req, fast := parseChat(body)
+	if !fast {
+		// Anything the scan does not take as plain is decoded, for the
+		// decoder's own answer to what is wrong with it.
+		req = chatRequest{}
+		if err := json.Unmarshal(body, &req); err != nil {
+			badJSON(w, proto, err)
+			return
+		}
 	}
 	if req.Model == nil || *req.Model == "" {
 		missingModel(w, proto)
@@ -155,3 +166,145 @@ func asTypeError(err error, te **json.UnmarshalTypeError) bool {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// parseChat reads a chat completion request the fast way: a validity check
+// and a scan of the members admission needs, nothing decoded by
+// reflection. It reports false, and the caller decodes, for anything
+// unusual (an escaped model name, a member of an unexpected type, content
+// in parts), so that both ways read every request alike.
+func parseChat(body []byte) (chatRequest, bool) {
+	var req chatRequest
+	if !json.Valid(body) {
+		return req, false
+	}
+	plain := true
+	err := jsonx.Fields(body, func(key []byte, start, end int) bool {
+		v := body[start:end]
+		switch string(key) {
+		case `"model"`:
+			s, ok := plainString(v)
+			req.Model, plain = &s, ok
+		case `"messages"`:
+			if v[0] != '[' {
+				plain = false
+				break
+			}
+			req.Messages, plain = parseMessages(v)
+		case `"stream"`:
+			switch string(v) {
+			case "true":
+				req.Stream = true
+			case "false", "null":
+			default:
+				plain = false
+			}
+		case `"max_tokens"`:
+			req.MaxTokens, plain = plainInt(v)
+		case `"max_completion_tokens"`:
+			req.MaxCompletionTokens, plain = plainInt(v)
+		case `"n"`:
+			req.N, plain = plainInt(v)
+		case `"tools"`:
+			if string(v) != "null" {
+				req.Tools = rawText(v)
+			}
+		default:
+			// The decoder matches member names ignoring case: a key that
+			// might be one of ours, spelled otherwise, is left to it.
+			plain = !foldsTo(key, chatKeys)
+		}
+		return plain
+	})
+	return req, err == nil && plain
+}
+
+var (
+	chatKeys    = []string{"model", "messages", "stream", "max_tokens", "max_completion_tokens", "n", "tools"}
+	messageKeys = []string{"content", "tool_calls", "role", "name", "tool_call_id"}
+)
+
+// foldsTo reports whether a raw member name is escaped or equals one of
+// names but for case.
+func foldsTo(key []byte, names []string) bool {
+	if bytes.IndexByte(key, '\\') >= 0 {
+		return true
+	}
+	k := key[1 : len(key)-1]
+	for _, n := range names {
+		if len(k) == len(n) && strings.EqualFold(string(k), n) {
+			return true
+		}
+	}
+	return false
+}
+
+func parseMessages(v []byte) ([]chatMessage, bool) {
+	msgs := []chatMessage{} // as the decoder makes of []
+	plain := true
+	err := jsonx.Elements(v, func(e []byte) bool {
+		if e[0] != '{' {
+			plain = false
+			return false
+		}
+		var m chatMessage
+		jsonx.Fields(e, func(key []byte, start, end int) bool {
+			v := e[start:end]
+			switch string(key) {
+			case `"content"`:
+				switch {
+				case string(v) == "null":
+				case v[0] == '"':
+					s, ok := plainString(v)
+					m.Content, plain = content(s), ok
+				default:
+					plain = false // parts, or not content at all: decode
+				}
+			case `"tool_calls"`:
+				if string(v) != "null" {
+					m.ToolCalls = rawText(v)
+				}
+			case `"role"`, `"name"`, `"tool_call_id"`:
+				if string(v) == "null" {
+					break
+				}
+				var str string
+				str, plain = plainString(v)
+				switch string(key) {
+				case `"role"`:
+					m.Role = str
+				case `"name"`:
+					m.Name = str
+				default:
+					m.ToolCallID = str
+				}
+			default:
+				plain = !foldsTo(key, messageKeys)
+			}
+			return plain
+		})
+		msgs = append(msgs, m)
+		return plain
+	})
+	return msgs, err == nil && plain
+}
+
+// plainString returns the text of a JSON string with no escape in it and
+// valid UTF-8 (what the decoder would give unchanged).
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 || !utf8.Valid(v) {
+		return "", false
+	}
+	return string(v[1 : len(v)-1]), true
+}
+
+// plainInt reads an integer member; null is absent.
+func plainInt(v []byte) (*int64, bool) {
+	if string(v) == "null" {
+		return nil, true
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	return &n, true
+}

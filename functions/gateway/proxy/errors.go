@@ -128,21 +128,27 @@ func ceilSeconds(d time.Duration) int64 {
 
 // setRateHeaders writes the x-ratelimit-* headers of a decision, replacing
 // any from an earlier attempt.
+// rateHeaders are the x-ratelimit-* header names, canonical, per
+// dimension: limit, remaining, reset.
+var rateHeaders = [2][3]string{
+	{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"},
+	{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"},
+}
+
 func setRateHeaders(h http.Header, d limiter.Decision) {
-	for _, dim := range []struct {
-		name string
-		q    limiter.Quota
-	}{{"requests", d.Requests}, {"tokens", d.Tokens}} {
-		h.Del("X-Ratelimit-Limit-" + dim.name)
-		h.Del("X-Ratelimit-Remaining-" + dim.name)
-		h.Del("X-Ratelimit-Reset-" + dim.name)
-		if !dim.q.IsSet() {
+	for i, q := range [2]limiter.Quota{d.Requests, d.Tokens} {
+		names := rateHeaders[i]
+		delete(h, names[0])
+		delete(h, names[1])
+		delete(h, names[2])
+		if !q.IsSet() {
 			continue
 		}
-		h.Set("X-Ratelimit-Limit-"+dim.name, strconv.FormatInt(dim.q.Limit, 10))
-		h.Set("X-Ratelimit-Remaining-"+dim.name, strconv.FormatInt(dim.q.Remaining, 10))
-		if dim.q.HasReset {
-			h.Set("X-Ratelimit-Reset-"+dim.name, limiter.FormatReset(dim.q.Reset))
+		// Canonical names set directly: no canonicalising on every call.
+		h[names[0]] = []string{strconv.FormatInt(q.Limit, 10)}
+		h[names[1]] = []string{strconv.FormatInt(q.Remaining, 10)}
+		if q.HasReset {
+			h[names[2]] = []string{limiter.FormatReset(q.Reset)}
 		}
 	}
 }

@@ -1,4 +1,19 @@
 package proxy
 
+import "encoding/json"
+
 // CooldownEntries is how many cooldowns the handler caches.
 func CooldownEntries(h *Handler) int { return h.cool.Len() }
+
+// ParseChat and DecodeChat read a chat body the fast way and the
+// decoder's, for comparing them.
+func ParseChat(b []byte) (any, bool) {
+	r, ok := parseChat(b)
+	return r, ok
+}
+
+func DecodeChat(b []byte) (any, error) {
+	var r chatRequest
+	err := json.Unmarshal(b, &r)
+	return r, err
+}

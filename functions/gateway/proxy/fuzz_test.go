@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -114,4 +116,25 @@ func FuzzRouteBodies(f *testing.F) {
 func newFuzzFixture(f *testing.F) *fixture {
 	fx := newFixtureTB(f, "", fuzzRules...)
 	return fx
+}
+
+// The fast chat parser reads every body it takes exactly as the decoder
+// does; what it does not take, the decoder judges.
+func FuzzChatParse(f *testing.F) {
+	f.Add(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"n":2,"stream":true}`)
+	f.Add(`{"MODEL":"x","messages":[{"Content":"a","tool_calls":[{"id":"1"}]}],"tools":[{"type":"function"}]}`)
+	f.Add(`{"model":"a\\u0062","messages":[{"content":[{"type":"text","text":"x"}]}],"max_tokens":1e3}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		fast, ok := proxy.ParseChat([]byte(body))
+		if !ok {
+			return
+		}
+		slow, err := proxy.DecodeChat([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: the fast parser took a body the decoder refuses: %v", body, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%s:\\n fast %+v\\n slow %+v", body, fast, slow)
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -418,32 +419,51 @@ func (h *Handler) renewWhileRunning(ctx context.Context, lease *limiter.Lease, r
 	if lease == nil || !slices.ContainsFunc(lease.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight }) {
 		return func() {}
 	}
-	every := h.cfg.Limiter.LeaseTTL() / 3
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), every/2)
-			ok, err := h.cfg.Limiter.Renew(rctx, h.cfg.Now(), lease)
-			cancel()
-			switch {
-			case err != nil:
-				h.log.Warn("could not renew a running request's lease; trying again", "request_id", reqID, "lease", lease.ID, "err", err)
-			case !ok:
-				h.log.Warn("a running request's lease had expired; it no longer holds its slot", "request_id", reqID, "lease", lease.ID)
-				return
-			}
-		}
-	}()
-	return func() { close(done); <-stopped }
+	// A timer, not a goroutine: most requests end before the first
+	// renewal is due, and cost one timer.
+	r := &renewal{h: h, ctx: context.WithoutCancel(ctx), lease: lease, reqID: reqID, every: h.cfg.Limiter.LeaseTTL() / 3}
+	r.mu.Lock()
+	r.t = time.AfterFunc(r.every, r.renew)
+	r.mu.Unlock()
+	return r.stop
+}
+
+// renewal renews one running request's lease on a timer.
+type renewal struct {
+	h       *Handler
+	ctx     context.Context
+	lease   *limiter.Lease
+	reqID   string
+	every   time.Duration
+	mu      sync.Mutex // held while renewing, so stop waits for it
+	t       *time.Timer
+	stopped bool
+}
+
+func (r *renewal) renew() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.every/2)
+	ok, err := r.h.cfg.Limiter.Renew(ctx, r.h.cfg.Now(), r.lease)
+	cancel()
+	switch {
+	case err != nil:
+		r.h.log.Warn("could not renew a running request's lease; trying again", "request_id", r.reqID, "lease", r.lease.ID, "err", err)
+	case !ok:
+		r.h.log.Warn("a running request's lease had expired; it no longer holds its slot", "request_id", r.reqID, "lease", r.lease.ID)
+		return
+	}
+	r.t.Reset(r.every)
+}
+
+func (r *renewal) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	r.t.Stop()
 }
 
 func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {

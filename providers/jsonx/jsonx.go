@@ -1,0 +1,271 @@
+// Package jsonx finds and replaces members of JSON objects without
+// decoding the rest: what the gateway needs of bodies it forwards (the
+// usage block of an answer, the model of a request) costs a scan of the
+// bytes, not a decode and re-encode of the whole, and everything it does
+// not touch goes upstream byte for byte.
+//
+// The scanner checks structure (strings, nesting, separators), not every
+// detail of the grammar: it is for bodies a JSON decoder has accepted, or
+// that the upstream will judge.
+package jsonx
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// ErrSyntax is returned for a body that is not a JSON object (or array).
+var ErrSyntax = errors.New("jsonx: not a JSON value of the expected shape")
+
+func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && space(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the string starting at b[i] == '"'.
+func skipString(b []byte, i int) (int, error) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, nil
+		}
+	}
+	return 0, ErrSyntax
+}
+
+// skipValue returns the end of the value starting at b[i].
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, ErrSyntax
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, err := skipString(b, j)
+				if err != nil {
+					return 0, err
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return 0, ErrSyntax
+	}
+	j := i
+	for j < len(b) && !space(b[j]) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
+		j++
+	}
+	if j == i {
+		return 0, ErrSyntax
+	}
+	return j, nil
+}
+
+// keyEquals reports whether the raw JSON string s (quotes included) is key.
+func keyEquals(s []byte, key string) bool {
+	inner := s[1 : len(s)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == key
+	}
+	var k string
+	return json.Unmarshal(s, &k) == nil && k == key
+}
+
+// Fields calls fn with each member of the object obj: its raw key (with
+// quotes) and the span of its raw value. fn returns false to stop.
+func Fields(obj []byte, fn func(key []byte, start, end int) bool) error {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return ErrSyntax
+	}
+	i = skipSpace(obj, i+1)
+	if i < len(obj) && obj[i] == '}' {
+		return nil
+	}
+	for {
+		if i >= len(obj) || obj[i] != '"' {
+			return ErrSyntax
+		}
+		kend, err := skipString(obj, i)
+		if err != nil {
+			return err
+		}
+		key := obj[i:kend]
+		i = skipSpace(obj, kend)
+		if i >= len(obj) || obj[i] != ':' {
+			return ErrSyntax
+		}
+		start := skipSpace(obj, i+1)
+		end, err := skipValue(obj, start)
+		if err != nil {
+			return err
+		}
+		if !fn(key, start, end) {
+			return nil
+		}
+		i = skipSpace(obj, end)
+		if i >= len(obj) {
+			return ErrSyntax
+		}
+		switch obj[i] {
+		case ',':
+			i = skipSpace(obj, i+1)
+		case '}':
+			return nil
+		default:
+			return ErrSyntax
+		}
+	}
+}
+
+// Member returns the raw value of the member key of the object obj (the
+// last, if it appears more than once, as a decoder would take it).
+func Member(obj []byte, key string) ([]byte, bool) {
+	var v []byte
+	found := false
+	err := Fields(obj, func(k []byte, start, end int) bool {
+		if keyEquals(k, key) {
+			v, found = obj[start:end], true
+		}
+		return true
+	})
+	return v, found && err == nil
+}
+
+// Elements calls fn with each element of the array arr. fn returns false
+// to stop.
+func Elements(arr []byte, fn func(elem []byte) bool) error {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return ErrSyntax
+	}
+	i = skipSpace(arr, i+1)
+	if i < len(arr) && arr[i] == ']' {
+		return nil
+	}
+	for {
+		end, err := skipValue(arr, i)
+		if err != nil {
+			return err
+		}
+		if !fn(arr[i:end]) {
+			return nil
+		}
+		i = skipSpace(arr, end)
+		if i >= len(arr) {
+			return ErrSyntax
+		}
+		switch arr[i] {
+		case ',':
+			i = skipSpace(arr, i+1)
+		case ']':
+			return nil
+		default:
+			return ErrSyntax
+		}
+	}
+}
+
+// KV is one member to set: a key and its raw JSON value.
+type KV struct {
+	Key   string
+	Value []byte
+}
+
+// Set returns obj with each member in set given its value: replaced where
+// the key is (every occurrence), added at the end where it is not. The
+// rest of obj is kept byte for byte.
+func Set(obj []byte, set ...KV) ([]byte, error) {
+	type span struct {
+		start, end int
+		value      []byte
+	}
+	var spans []span
+	seen := make([]bool, len(set))
+	members := 0
+	err := Fields(obj, func(k []byte, start, end int) bool {
+		members++
+		for j, kv := range set {
+			if keyEquals(k, kv.Key) {
+				spans = append(spans, span{start, end, kv.Value})
+				seen[j] = true
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	closing := bytes.LastIndexByte(obj, '}')
+	out := make([]byte, 0, len(obj)+64)
+	at := 0
+	for _, sp := range spans {
+		out = append(out, obj[at:sp.start]...)
+		out = append(out, sp.value...)
+		at = sp.end
+	}
+	out = append(out, obj[at:closing]...)
+	empty := members == 0
+	for j, kv := range set {
+		if seen[j] {
+			continue
+		}
+		if !empty {
+			out = append(out, ',')
+		}
+		empty = false
+		key, _ := json.Marshal(kv.Key)
+		out = append(out, key...)
+		out = append(out, ':')
+		out = append(out, kv.Value...)
+	}
+	return append(out, obj[closing:]...), nil
+}
+
+// Int returns the integer member key of the object obj; absent, null or
+// not an integer is 0 and false.
+func Int(obj []byte, key string) (int64, bool) {
+	v, ok := Member(obj, key)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	return n, err == nil
+}
+
+// ParseInt reads a raw JSON integer; anything else is 0.
+func ParseInt(v []byte) int64 {
+	n, _ := strconv.ParseInt(string(v), 10, 64)
+	return n
+}
+
+// Path returns the raw value at a path of object members.
+func Path(obj []byte, keys ...string) ([]byte, bool) {
+	v := obj
+	for _, k := range keys {
+		var ok bool
+		if v, ok = Member(v, k); !ok {
+			return nil, false
+		}
+	}
+	return v, true
+}

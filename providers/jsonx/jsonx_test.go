@@ -1,0 +1,96 @@
+package jsonx
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+func TestMember(t *testing.T) {
+	body := []byte(` {"id":"x","choices":[{"message":{"content":"say \"usage\": {}"}}],"usage":{"prompt_tokens":9},"model":"a","usage":{"prompt_tokens":10}} `)
+	v, ok := Member(body, "usage")
+	if !ok || string(v) != `{"prompt_tokens":10}` {
+		t.Fatalf("usage %q %v, want the last one", v, ok)
+	}
+	if _, ok := Member(body, "missing"); ok {
+		t.Fatal("found a missing member")
+	}
+	if v, ok := Member([]byte(`{"mo\u0064el":"m"}`), "model"); !ok || string(v) != `"m"` {
+		t.Fatalf("escaped key: %q %v", v, ok)
+	}
+	for _, bad := range []string{``, `[]`, `{"a":}`, `{"a":1`, `{"a" 1}`, `{"a":"x}`, `{"a":{"b":1}`, `{a:1}`, `{"a":1,}`} {
+		if _, ok := Member([]byte(bad), "a"); ok {
+			t.Errorf("%q: found a member in a malformed object", bad)
+		}
+	}
+}
+
+func TestSet(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"model":"a","stream":true}`, `{"model":"b","stream":true,"n":2}`},
+		{`{ "stream" : true , "model" : "a" }`, `{ "stream" : true , "model" : "b" ,"n":2}`},
+		{`{}`, `{"model":"b","n":2}`},
+		{` { } `, ` { "model":"b","n":2} `},
+		{`{"n":1,"model":"a","n":3}`, `{"n":2,"model":"b","n":2}`},
+	} {
+		got, err := Set([]byte(c.in), KV{"model", []byte(`"b"`)}, KV{"n", []byte(`2`)})
+		if err != nil || string(got) != c.want {
+			t.Errorf("Set(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+		var a, b map[string]any
+		if json.Unmarshal(got, &a) != nil || json.Unmarshal([]byte(c.want), &b) != nil || !reflect.DeepEqual(a, b) {
+			t.Errorf("Set(%s) is not the JSON wanted", c.in)
+		}
+	}
+	if _, err := Set([]byte(`not json`), KV{"a", []byte(`1`)}); err == nil {
+		t.Fatal("Set on a non-object")
+	}
+}
+
+func TestElements(t *testing.T) {
+	var got []string
+	if err := Elements([]byte(` [1, "a,]", {"b":[2,3]}, null ] `), func(e []byte) bool { got = append(got, string(e)); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{`1`, `"a,]"`, `{"b":[2,3]}`, `null`}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q", got)
+	}
+}
+
+// Whatever the bytes, the scanner neither panics nor finds a member that
+// a JSON decoder would not; and Set of a valid object is valid JSON that
+// decodes to the object with the member set.
+func FuzzScan(f *testing.F) {
+	f.Add([]byte(`{"model":"a","usage":{"x":1}}`))
+	f.Add([]byte(`{"a":"\"","b":[{"c":"]"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, ok := Member(b, "usage")
+		var obj map[string]json.RawMessage
+		valid := json.Unmarshal(b, &obj) == nil
+		if valid {
+			want, has := obj["usage"]
+			if has != ok || (ok && !json.Valid(v)) {
+				t.Fatalf("%q: member %q %v, decoder %q %v", b, v, ok, want, has)
+			}
+			out, err := Set(b, KV{"model", []byte(`"m"`)})
+			var got map[string]json.RawMessage
+			if err != nil || json.Unmarshal(out, &got) != nil || string(got["model"]) != `"m"` || len(got) != len(obj)+map[bool]int{true: 0, false: 1}[obj["model"] != nil] {
+				t.Fatalf("Set(%q) = %q, %v", b, out, err)
+			}
+		}
+	})
+}
+
+func BenchmarkMember(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion","created":1741569952,"model":"gpt-4o-2024-08-06",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I assist you today?","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},` +
+		`"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},` +
+		`"service_tier":"default","system_fingerprint":"fp_fc9f1d7035"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := Member(body, "usage"); !ok {
+			b.Fatal("no usage")
+		}
+	}
+}
