@@ -158,6 +158,15 @@ func TestTemplateFunctions(t *testing.T) {
 	if fmt.Sprint(get(ev, "TimeoutInMillis")) != fmt.Sprint(get(fns["GatewayFunction"], "Properties", "Timeout"))+"000" {
 		t.Errorf("gateway route timeout %v ms, function timeout %v s", get(ev, "TimeoutInMillis"), get(fns["GatewayFunction"], "Properties", "Timeout"))
 	}
+	// Memory is chosen from the measured peak RSS (BenchmarkPeakRSS, about
+	// 20 MB): 128 MB everywhere, the gateway's a parameter to raise for CPU.
+	if m := fmt.Sprint(get(globals, "MemorySize")); m != "128" {
+		t.Errorf("functions' MemorySize %s, want 128", m)
+	}
+	if ref := get(fns["GatewayFunction"], "Properties", "MemorySize", "Ref"); ref != "GatewayMemorySize" ||
+		fmt.Sprint(get(tpl, "Parameters", "GatewayMemorySize", "Default")) != "128" {
+		t.Errorf("gateway MemorySize %v: want the GatewayMemorySize parameter, default 128", get(fns["GatewayFunction"], "Properties", "MemorySize"))
+	}
 	if s := get(fns["ReconcilerFunction"], "Properties", "Events", "EveryMinute", "Properties", "Schedule"); s != "rate(1 minute)" {
 		t.Errorf("reconciler schedule %v", s)
 	}

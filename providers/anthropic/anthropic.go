@@ -120,6 +120,7 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 		sse.Header(w, resp.StatusCode)
 		sw := sse.NewWriter(w)
 		rd := sse.NewReader(resp.Body)
+		rd.RelayTo(sw)
 		defer rd.Close()
 		var acc usageAcc
 		for {
@@ -129,7 +130,7 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 				return res, nil
 			}
 			acc.see(ev)
-			if err := sw.Raw(ev.Raw); err != nil {
+			if err := sw.Relay(ev.Raw); err != nil {
 				acc.done = false
 				res.Usage = acc.usage()
 				return res, nil

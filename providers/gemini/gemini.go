@@ -126,6 +126,7 @@ func (p *Provider) generate(ctx context.Context, w http.ResponseWriter, r *provi
 		sse.Header(w, resp.StatusCode)
 		sw := sse.NewWriter(w)
 		rd := sse.NewReader(resp.Body)
+		rd.RelayTo(sw)
 		defer rd.Close()
 		for {
 			ev, err := rd.Next()
@@ -136,7 +137,7 @@ func (p *Provider) generate(ctx context.Context, w http.ResponseWriter, r *provi
 			if json.Unmarshal(ev.Data, &g) == nil && g.UsageMetadata != nil {
 				res.Usage = g.UsageMetadata.toUsage()
 			}
-			if err := sw.Raw(ev.Raw); err != nil {
+			if err := sw.Relay(ev.Raw); err != nil {
 				res.Usage.Reported = false
 				return res, nil
 			}

@@ -197,6 +197,7 @@ func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, kee
 	sse.Header(w, resp.StatusCode)
 	sw := sse.NewWriter(w)
 	rd := sse.NewReader(resp.Body)
+	rd.RelayTo(sw)
 	defer rd.Close()
 	for {
 		ev, err := rd.Next()
@@ -208,7 +209,7 @@ func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, kee
 		if !keep(ev, &res) {
 			continue
 		}
-		if err := sw.Raw(ev.Raw); err != nil {
+		if err := sw.Relay(ev.Raw); err != nil {
 			res.Usage.Reported = false
 			return res, nil
 		}

@@ -25,15 +25,37 @@ const MaxEventBytes = 4 << 20
 // Reader reads events from a stream.
 type Reader struct {
 	r   *bufio.Reader
+	src source
 	raw bytes.Buffer
+}
+
+// source is the stream under a Reader's buffer; before each read of it,
+// which may wait, it flushes what a relay wrote since its last flush.
+type source struct {
+	r  io.Reader
+	sw *Writer
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	if s.sw != nil && s.sw.pending {
+		s.sw.flushPending()
+	}
+	return s.r.Read(p)
 }
 
 // NewReader returns a Reader on r. Close gives its buffer back.
 func NewReader(r io.Reader) *Reader {
-	br := readers.Get().(*bufio.Reader)
-	br.Reset(r)
-	return &Reader{r: br}
+	rd := &Reader{src: source{r: r}}
+	rd.r = readers.Get().(*bufio.Reader)
+	rd.r.Reset(&rd.src)
+	return rd
 }
+
+// RelayTo makes rd flush sw before every read of its stream that may
+// wait, so that events written with sw.Relay leave together when they
+// arrived together (one write to the client instead of one each) and never
+// wait behind a slow upstream: the end of the stream is such a read too.
+func (rd *Reader) RelayTo(sw *Writer) { rd.src.sw = sw }
 
 // Close lets the reader's buffer serve another stream.
 func (rd *Reader) Close() {
@@ -121,10 +143,13 @@ func (rd *Reader) Next() (Event, error) {
 	}
 }
 
-// Writer writes events to an HTTP response, flushing each.
+// Writer writes events to an HTTP response, flushing each (or, for
+// Relay, when the Reader it relays from is about to wait).
 type Writer struct {
-	w http.ResponseWriter
-	c *http.ResponseController
+	w       http.ResponseWriter
+	c       *http.ResponseController
+	pending bool  // written by Relay since the last flush
+	err     error // the failure of a flush made by a Reader
 }
 
 // NewWriter returns a Writer on w. It does not write headers.
@@ -165,6 +190,26 @@ func (sw *Writer) Raw(p []byte) error {
 		return err
 	}
 	return sw.Flush()
+}
+
+// Relay writes an event read from the Reader that was given this Writer
+// by RelayTo; that Reader flushes it before it next waits.
+func (sw *Writer) Relay(p []byte) error {
+	if sw.err != nil {
+		return sw.err
+	}
+	if _, err := sw.w.Write(p); err != nil {
+		return err
+	}
+	sw.pending = true
+	return nil
+}
+
+func (sw *Writer) flushPending() {
+	sw.pending = false
+	if err := sw.Flush(); err != nil && sw.err == nil {
+		sw.err = err
+	}
 }
 
 // Flush sends what was written to the client now.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
 	"slices"
@@ -313,22 +314,24 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	if perr != nil {
 		status = perr.Status
 	}
-	h.log.Info("request finished",
-		"request_id", reqID,
-		"user_path", ex.caller.UserPath,
-		"route", ex.op.String(),
-		"model", ex.model,
-		"provider", t.Provider.Name(),
-		"target_model", t.Model,
-		"stream", ex.stream,
-		"status", status,
-		"estimate_input_tokens", ex.inputTokens,
-		"used_input_tokens", used.InputTokens,
-		"used_output_tokens", used.OutputTokens,
-		"cached_input_tokens", used.CachedInputTokens,
-		"usage_reported", used.Exact,
-		"client_gone", clientGone,
-		"duration_ms", h.cfg.Now().Sub(start).Milliseconds(),
+	// Typed attributes: the line is written on every request, and boxing
+	// its values would cost an allocation each.
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "request finished",
+		slog.String("request_id", reqID),
+		slog.String("user_path", ex.caller.UserPath),
+		slog.String("route", ex.op.String()),
+		slog.String("model", ex.model),
+		slog.String("provider", t.Provider.Name()),
+		slog.String("target_model", t.Model),
+		slog.Bool("stream", ex.stream),
+		slog.Int("status", status),
+		slog.Int64("estimate_input_tokens", ex.inputTokens),
+		slog.Int64("used_input_tokens", used.InputTokens),
+		slog.Int64("used_output_tokens", used.OutputTokens),
+		slog.Int64("cached_input_tokens", used.CachedInputTokens),
+		slog.Bool("usage_reported", used.Exact),
+		slog.Bool("client_gone", clientGone),
+		slog.Int64("duration_ms", h.cfg.Now().Sub(start).Milliseconds()),
 	)
 	if perr != nil {
 		h.log.Warn("upstream failed before answering",
