@@ -24,6 +24,12 @@ type Decision struct {
 	// rule limits that dimension.
 	Requests Quota
 	Tokens   Quota
+	// Budget is what the tightest matching budget leaves; unset when none
+	// matched.
+	Budget BudgetQuota
+
+	// Shadow lists the shadow rules that would have refused the request.
+	Shadow []Refusal
 
 	// Lease is what the request holds until Complete: an in-flight slot or a
 	// token reservation. Nil when it holds nothing.
@@ -44,21 +50,36 @@ type Refusal struct {
 	// Retryable is false when the request is larger than the limit and no
 	// wait admits it.
 	Retryable bool
+	// End is when a fixed window or a budget's period ends; zero for
+	// others.
+	End time.Time
 }
+
+// IsBudget reports whether a budget refused.
+func (r *Refusal) IsBudget() bool { return r.Kind == KindCost }
 
 // Scope returns the scope of the refusing rule.
 func (r *Refusal) Scope() Scope { return r.Rule.Scope }
 
 // Subject returns what was limited, as the caller should read it: the rule's
 // subject, or for a per_child rule the child path.
-func (r *Refusal) Subject() string {
-	if r.Child == "" {
-		return r.Rule.Subject
+func (r *Refusal) Subject() string { return SubjectOf(r.Rule, r.Child) }
+
+// SubjectOf returns what rule counts under child, as a caller reads it:
+// the rule's subject; the child's path of a per_child rule; "k=v" for a
+// tag counted by each value; the key's id for a key counted by each key.
+func SubjectOf(rule Rule, child string) string {
+	switch {
+	case child == "":
+		return rule.Subject
+	case rule.Scope == ScopeTag:
+		return rule.Subject + "=" + child
+	case rule.Scope == ScopeKey:
+		return child
+	case rule.Subject == "/":
+		return "/" + child
 	}
-	if r.Rule.Subject == "/" {
-		return "/" + r.Child
-	}
-	return r.Rule.Subject + "/" + r.Child
+	return rule.Subject + "/" + child
 }
 
 // RetryAfterSeconds returns Retry-After in whole seconds, rounded up.
@@ -73,7 +94,17 @@ func (r *Refusal) Message() string {
 	if r.Rule.Scope != ScopeUserPath {
 		subject = r.Rule.Scope.String() + " " + subject
 	}
+	if r.IsBudget() {
+		budget := r.periodWord() + " budget of $" + FormatUSD(r.Limit)
+		if !r.Retryable {
+			return "request costing $" + FormatUSD(r.Amount) + " exceeds the " + budget + " for " + subject
+		}
+		return "budget exhausted for " + subject + ": " + budget + " spent"
+	}
 	limit := r.periodWord() + " " + r.Kind.noun() + " limit of " + strconv.FormatInt(r.Limit, 10)
+	if r.Rule.Bucket != nil {
+		limit = r.Kind.noun() + " bucket of " + strconv.FormatInt(r.Limit, 10)
+	}
 	if !r.Retryable {
 		return "request of " + strconv.FormatInt(r.Amount, 10) + " " + r.Kind.unit() +
 			" exceeds the " + limit + " for " + subject
@@ -82,6 +113,9 @@ func (r *Refusal) Message() string {
 }
 
 func (r *Refusal) periodWord() string {
+	if r.Rule.IsBudget() {
+		return map[Calendar]string{CalendarHour: "hourly", CalendarDay: "daily", CalendarWeek: "weekly", CalendarMonth: "monthly"}[r.Rule.Calendar]
+	}
 	if r.Rule.Period == Concurrent {
 		return "concurrent"
 	}
@@ -111,6 +145,19 @@ func (k Kind) unit() string {
 	}
 	return "requests"
 }
+
+// BudgetQuota is what a budget leaves, for the x-tollgate-budget-*
+// headers: the tightest budget that matched.
+type BudgetQuota struct {
+	Rule      Rule
+	Child     string
+	Limit     int64 // micro-dollars per period
+	Remaining int64 // micro-dollars, reservations of requests in flight deducted
+	Reset     time.Time
+}
+
+// IsSet reports whether a budget matched.
+func (b BudgetQuota) IsSet() bool { return b.Limit > 0 }
 
 // Quota is one dimension's x-ratelimit-* values.
 type Quota struct {

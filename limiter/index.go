@@ -18,6 +18,14 @@ type Rules struct {
 	providers map[string][]*rule // case-folded instance name → rules
 	bare      map[string][]*rule // case-folded model id → rules
 	qualified map[providerModel][]*rule
+	tagValues map[string][]*rule // case-folded "name=value" → rules
+	tagNames  map[string][]*rule // case-folded tag name → each and total rules
+	keys      map[string][]*rule // case-folded key id → rules
+	eachKey   []*rule
+
+	// prioritized is set when some rule has a priority, so matching must
+	// drop the rules a higher priority overrides.
+	prioritized bool
 }
 
 type providerModel struct{ provider, model string }
@@ -42,6 +50,9 @@ func NewRules(rules []Rule) (*Rules, error) {
 		providers: map[string][]*rule{},
 		bare:      map[string][]*rule{},
 		qualified: map[providerModel][]*rule{},
+		tagValues: map[string][]*rule{},
+		tagNames:  map[string][]*rule{},
+		keys:      map[string][]*rule{},
 	}
 	var errs []error
 	seen := make(map[RuleKey]int, len(rules))
@@ -56,7 +67,9 @@ func NewRules(rules []Rule) (*Rules, error) {
 			continue
 		}
 		seen[key] = i
-		c := &rule{Rule: r, key: key, counter: string(key)}
+		c := &rule{Rule: r.normalized(), key: key, counter: string(key)}
+		r = c.Rule
+		rs.prioritized = rs.prioritized || r.Priority != 0
 		if r.Generation != "" {
 			c.counter += "@" + r.Generation
 		}
@@ -82,6 +95,18 @@ func NewRules(rules []Rule) (*Rules, error) {
 				rs.qualified[pm] = append(rs.qualified[pm], c)
 			} else {
 				rs.bare[subject] = append(rs.bare[subject], c)
+			}
+		case ScopeTag:
+			if strings.Contains(subject, "=") {
+				rs.tagValues[subject] = append(rs.tagValues[subject], c)
+			} else {
+				rs.tagNames[subject] = append(rs.tagNames[subject], c)
+			}
+		case ScopeKey:
+			if r.PerChild {
+				rs.eachKey = append(rs.eachKey, c)
+			} else {
+				rs.keys[subject] = append(rs.keys[subject], c)
 			}
 		}
 	}
@@ -117,6 +142,8 @@ type Subject struct {
 	UserPath string // a valid user path, see ParseUserPath
 	Provider string // the resolved provider instance; "" skips provider and model rules
 	Model    string // the model id at that provider
+	Key      string // the managed key's id; "" for none
+	Tags     []Tag  // valid tags (ParseTags), at most MaxTags
 }
 
 // match is one rule that applies to a request, with the child segment that
@@ -127,9 +154,55 @@ type match struct {
 }
 
 // appendMatches appends every rule that applies to s, in a fixed order:
-// user-path rules from the root down, then provider rules, then model rules
-// (qualified before bare).
-func (rs *Rules) appendMatches(dst []match, s Subject, userPathOnly bool) []match {
+// user-path rules from the root down, then tag and key rules, then
+// provider rules, then model rules (qualified before bare). Rules that a
+// higher priority overrides are left out.
+func (rs *Rules) appendMatches(dst []match, s Subject, consumerOnly bool) []match {
+	dst = rs.appendAll(dst, s, consumerOnly)
+	if rs.prioritized {
+		dst = keepPrioritized(dst)
+	}
+	return dst
+}
+
+// keepPrioritized drops the rules that a rule of higher priority in the
+// same scope overrides; budgets and always rules stay.
+func keepPrioritized(ms []match) []match {
+	var top [ScopeKey + 1]int
+	var seen [ScopeKey + 1]bool
+	for _, m := range ms {
+		if r := m.rule; !r.overridable() {
+			continue
+		} else if !seen[r.Scope] || r.Priority > top[r.Scope] {
+			top[r.Scope], seen[r.Scope] = r.Priority, true
+		}
+	}
+	out := ms[:0]
+	for _, m := range ms {
+		if r := m.rule; !r.overridable() || r.Priority == top[r.Scope] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// overridable reports whether a higher priority can override the rule.
+func (r *rule) overridable() bool { return !r.Always && !r.IsBudget() }
+
+// overridden returns the matches of all that keepPrioritized dropped.
+func overridden(all []match) []match {
+	kept := keepPrioritized(slices.Clone(all))
+	var out []match
+	for _, m := range all {
+		if !slices.ContainsFunc(kept, func(k match) bool { return k.rule == m.rule && k.child == m.child }) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// appendAll is appendMatches before priorities.
+func (rs *Rules) appendAll(dst []match, s Subject, consumerOnly bool) []match {
 	path := strings.ToLower(s.UserPath)
 	// Walk the ancestors of path ("/", "/a", "/a/b", …, path). A per_child
 	// template on an ancestor counts under the segment that follows it.
@@ -149,7 +222,30 @@ func (rs *Rules) appendMatches(dst []match, s Subject, userPathOnly bool) []matc
 			dst = append(dst, match{rule: r})
 		}
 	}
-	if userPathOnly || s.Provider == "" {
+	for _, t := range s.Tags {
+		name := strings.ToLower(t.Name)
+		value := strings.ToLower(t.Value)
+		for _, r := range rs.tagValues[name+"="+value] {
+			dst = append(dst, match{rule: r})
+		}
+		for _, r := range rs.tagNames[name] {
+			m := match{rule: r}
+			if r.PerChild {
+				m.child = value
+			}
+			dst = append(dst, m)
+		}
+	}
+	if s.Key != "" {
+		key := strings.ToLower(s.Key)
+		for _, r := range rs.eachKey {
+			dst = append(dst, match{rule: r, child: key})
+		}
+		for _, r := range rs.keys[key] {
+			dst = append(dst, match{rule: r})
+		}
+	}
+	if consumerOnly || s.Provider == "" {
 		return dst
 	}
 	provider := strings.ToLower(s.Provider)

@@ -109,12 +109,28 @@ func (r *rule) newCharge(now time.Time, child string, kind Kind, limit int64, k 
 		Period:  r.Period,
 		Limit:   limit,
 		owner:   r,
+		whole:   limit,
+		shadow:  r.Shadow,
+	}
+	switch {
+	case r.Bucket != nil:
+		// One counter for the bucket's life: its arrival time.
+		c.Shape, c.Unit, c.Limit, c.Floor = ShapeBucket, int64(r.Bucket.Interval()), r.Bucket.fill(), now.UnixNano()
+		return c
+	case r.IsBudget():
+		start, end := r.Calendar.Bounds(now, r.Location)
+		c.Shape, c.Counter.Window, c.End = ShapeFixed, start.Unix(), end
+		return c
+	case r.Window == WindowFixed:
+		c.Shape = ShapeFixed
+		c.Counter.Window, _ = windowAt(now, r.Period)
+		c.End = time.Unix(0, (c.Counter.Window+1)*int64(r.Period))
+		return c
 	}
 	if r.Period != Concurrent {
 		c.Counter.Window, _ = windowAt(now, r.Period)
 	}
 	n := r.layoutAt(now, c.Counter.Window)
-	c.whole = limit
 	setShard(&c, limit, k, n)
 	if r.Period == Concurrent {
 		return c

@@ -66,9 +66,14 @@ type Request struct {
 	// reservation (max_tokens, or a default when the client sets none).
 	InputTokens  int64
 	OutputTokens int64
-	// UserPathOnly admits by user-path rules only, as one request holding no
-	// slot and reserving no tokens: a batch submission, whose file may mix
-	// models and whose usage arrives much later.
+	// Price is what the request's tokens cost, for budgets, which it
+	// reserves InputTokens and OutputTokens at; a zero price charges
+	// budgets nothing (the gateway never leaves a model unpriced).
+	Price Price
+	// UserPathOnly admits by the consumer's rules only (user path, tag and
+	// key scopes), as one request holding no slot and reserving nothing: a
+	// batch submission, whose file may mix models and whose usage arrives
+	// much later.
 	UserPathOnly bool
 }
 
@@ -104,6 +109,24 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		lease = renamed(lease, "~r")
 		if out, err = l.store.Charge(ctx, now, charges, lease); err != nil {
 			return Decision{}, err
+		}
+	}
+	if !out.Admitted && onlyShadowRefused(charges, out.States) {
+		// A shadow rule's gauge is at the most one item holds: that rule
+		// would refuse, and is left out of this admission.
+		shadowed := shadowRefusals(now, charges, out.States, false)
+		charges = slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool { return c.shadow && c.Period == Concurrent })
+		lease = renamed(lease, "~h")
+		if lease != nil {
+			lease.Charges = charges
+		}
+		if out, err = l.store.Charge(ctx, now, charges, lease); err != nil {
+			return Decision{}, err
+		}
+		if out.Admitted {
+			d := admitted(now, charges, out.States, lease)
+			d.Shadow = append(shadowed, d.Shadow...)
+			return d, nil
 		}
 	}
 	if out.Admitted {
@@ -143,8 +166,47 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 
 func admitted(now time.Time, charges []Charge, states []State, lease *Lease) Decision {
 	d := Decision{Allowed: true, Lease: lease}
-	d.Requests, d.Tokens = quotas(now, charges, states)
+	d.Requests, d.Tokens, d.Budget = quotas(now, charges, states)
+	d.Shadow = shadowRefusals(now, charges, states, true)
 	return d
+}
+
+// onlyShadowRefused reports whether the charges refused are all shadow
+// rules' (gauges at the most one item holds).
+func onlyShadowRefused(charges []Charge, states []State) bool {
+	found := false
+	for i, st := range states {
+		if st.Refused {
+			if !charges[i].shadow {
+				return false
+			}
+			found = true
+		}
+	}
+	return found
+}
+
+// shadowRefusals lists the shadow rules that would have refused: whose
+// counter, without this request (states hold it when admitted), is above
+// the real ceiling.
+func shadowRefusals(now time.Time, charges []Charge, states []State, admitted bool) []Refusal {
+	var out []Refusal
+	for i := range charges {
+		c := &charges[i]
+		if !c.shadow {
+			continue
+		}
+		st := states[i]
+		if admitted && !st.Refused {
+			st.Cur -= c.Amount
+		}
+		if st.Cur <= c.ceiling(st.Prev, now) && !st.Refused {
+			continue
+		}
+		wait, ok := waitFor(now, c, st)
+		out = append(out, refusalOf(c, groupAmount(charges, i), wait, ok))
+	}
+	return out
 }
 
 // renamed returns a copy of lease under a new id, for charging again after
@@ -237,20 +299,37 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		}
 	}
 	total := SatAdd(req.InputTokens, req.OutputTokens)
+	cost := req.Price.Cost(Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens})
 	for _, m := range ms {
 		r := m.rule
-		if r.Period == Concurrent {
+		switch {
+		case r.Bucket != nil:
+			kind, units := KindRequests, int64(1)
+			if r.Bucket.Tokens {
+				kind, units = KindTokens, total
+				tokens = true
+			}
+			c := r.newCharge(now, m.child, kind, r.Bucket.Capacity, 0)
+			// More than the bucket holds asks one unit more than it
+			// holds: refused, and never more than its arithmetic holds.
+			c.units = units
+			c.Amount = SatMul(min(units, r.Bucket.Capacity+1), c.Unit)
+			charges = append(charges, c)
+		case r.IsBudget():
+			add(m, KindCost, r.MaxCost, cost)
+			tokens = tokens || cost > 0
+		case r.Period == Concurrent:
 			if !req.UserPathOnly && r.MaxRequests > 0 {
 				add(m, KindInFlight, r.MaxRequests, 1)
 				inFlight = true
 			}
-			continue
+		default:
+			add(m, KindRequests, r.MaxRequests, 1)
+			add(m, KindTokens, r.MaxTokens, total)
+			add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
+			add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
+			tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
 		}
-		add(m, KindRequests, r.MaxRequests, 1)
-		add(m, KindTokens, r.MaxTokens, total)
-		add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
-		add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
-		tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
 	}
 	if !inFlight && (!tokens || req.UserPathOnly) {
 		return charges, nil
@@ -264,11 +343,15 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		Model:      req.Model,
 		Route:      req.Route,
 		Reserved:   Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens},
+		Price:      req.Price,
 		Charges:    charges,
 	}
 }
 
 func (r *rule) dimensions() int {
+	if r.Bucket != nil || r.IsBudget() {
+		return 1
+	}
 	n := 0
 	for _, v := range [...]int64{r.MaxRequests, r.MaxTokens, r.MaxInputTokens, r.MaxOutputTokens} {
 		if v > 0 {
@@ -282,7 +365,12 @@ func (r *rule) shards() int { return max(r.Shards, 1) }
 
 // limitOf returns the rule's whole limit in a dimension.
 func (r *rule) limitOf(k Kind) int64 {
+	if r.Bucket != nil {
+		return r.Bucket.Capacity
+	}
 	switch k {
+	case KindCost:
+		return r.MaxCost
 	case KindTokens:
 		return r.MaxTokens
 	case KindInputTokens:
@@ -324,8 +412,19 @@ func onlyShardsRefused(charges []Charge, states []State) bool {
 // waitFor returns how long until charge c would be admitted on a counter in
 // state s if nothing else arrived.
 func waitFor(now time.Time, c *Charge, s State) (time.Duration, bool) {
-	if c.Period == Concurrent {
+	switch {
+	case c.Period == Concurrent:
 		return InFlightRetry, c.Amount <= c.Limit
+	case c.Shape == ShapeBucket:
+		return bucketWait(now, s.Cur, c.Limit, c.Amount)
+	case c.Shape == ShapeFixed:
+		if c.Amount > c.Limit {
+			return 0, false
+		}
+		if SatAdd(max(s.Cur, 0), c.Amount) <= c.Limit {
+			return 0, true
+		}
+		return c.End.Sub(now), true // the next window starts empty
 	}
 	_, elapsed := windowAt(now, c.Period)
 	return slidingWait(c.Limit, s.Prev, s.Cur, c.Amount, c.Period, elapsed)
@@ -338,7 +437,7 @@ func waitFor(now time.Time, c *Charge, s State) (time.Duration, bool) {
 func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decision {
 	pick, wait, retryable := -1, time.Duration(0), false
 	for i := range charges {
-		if !states[i].Refused {
+		if !states[i].Refused || charges[i].shadow {
 			continue
 		}
 		d, ok := waitOf(now, charges, i, states[i], sp)
@@ -347,7 +446,8 @@ func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decisio
 		}
 	}
 	d := Decision{}
-	d.Requests, d.Tokens = quotas(now, charges, states)
+	d.Requests, d.Tokens, d.Budget = quotas(now, charges, states)
+	d.Shadow = shadowRefusals(now, charges, states, false)
 	if pick < 0 {
 		// A store that refuses must mark a refused charge; treat a bare
 		// refusal as the first charge's.
@@ -356,14 +456,11 @@ func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decisio
 	}
 	c := &charges[pick]
 	r := c.owner
-	d.Refused = &Refusal{
-		Rule:       r.Rule,
-		Child:      c.Counter.Child,
-		Kind:       c.Counter.Kind,
-		Limit:      r.limitOf(c.Counter.Kind),
-		Amount:     groupAmount(charges, pick),
-		RetryAfter: wait,
-		Retryable:  retryable,
+	refusal := refusalOf(c, groupAmount(charges, pick), wait, retryable)
+	d.Refused = &refusal
+	if c.Counter.Kind == KindCost {
+		d.Budget = budgetQuotaOf(c, states[pick])
+		return d
 	}
 	q := quotaOf(now, c, r, states[pick])
 	if g := sp.group(c.Counter); g != nil {
@@ -376,6 +473,23 @@ func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decisio
 		d.Tokens = q
 	}
 	return d
+}
+
+// refusalOf is the Refusal of charge c, which asked amount of its rule.
+func refusalOf(c *Charge, amount int64, wait time.Duration, retryable bool) Refusal {
+	if c.Shape == ShapeBucket {
+		amount = c.units
+	}
+	return Refusal{
+		Rule:       c.owner.Rule,
+		Child:      c.Counter.Child,
+		Kind:       c.Counter.Kind,
+		Limit:      c.owner.limitOf(c.Counter.Kind),
+		Amount:     amount,
+		RetryAfter: wait,
+		Retryable:  retryable,
+		End:        c.End,
+	}
 }
 
 // waitOf is waitFor for charge i, over all shards when sp read them.
@@ -400,12 +514,21 @@ func groupAmount(charges []Charge, i int) int64 {
 }
 
 // quotas returns the most restrictive requests and tokens quotas among the
-// charges. In-flight gauges speak for requests only when no request window
-// matched.
-func quotas(now time.Time, charges []Charge, states []State) (req, tok Quota) {
+// charges, and the tightest budget. In-flight gauges speak for requests
+// only when no request window matched. Shadow rules are not shown.
+func quotas(now time.Time, charges []Charge, states []State) (req, tok Quota, budget BudgetQuota) {
 	var fly Quota
 	for i := range charges {
 		c := &charges[i]
+		if c.shadow {
+			continue
+		}
+		if c.Counter.Kind == KindCost {
+			if b := budgetQuotaOf(c, states[i]); !budget.IsSet() || b.Remaining < budget.Remaining {
+				budget = b
+			}
+			continue
+		}
 		q := quotaOf(now, c, c.owner, states[i])
 		switch {
 		case c.Counter.Kind == KindRequests:
@@ -425,7 +548,18 @@ func quotas(now time.Time, charges []Charge, states []State) (req, tok Quota) {
 	if !req.IsSet() {
 		req = fly
 	}
-	return req, tok
+	return req, tok, budget
+}
+
+// budgetQuotaOf is what a budget's counter leaves.
+func budgetQuotaOf(c *Charge, s State) BudgetQuota {
+	return BudgetQuota{
+		Rule:      c.owner.Rule,
+		Child:     c.Counter.Child,
+		Limit:     c.Limit,
+		Remaining: max(0, c.Limit-max(s.Cur, 0)),
+		Reset:     c.End,
+	}
 }
 
 // quotaOf returns the x-ratelimit-* values of one counter. A sharded
@@ -433,9 +567,20 @@ func quotas(now time.Time, charges []Charge, states []State) (req, tok Quota) {
 // by the number of shards.
 func quotaOf(now time.Time, c *Charge, r *rule, s State) Quota {
 	q := Quota{Limit: r.limitOf(c.Counter.Kind)}
-	if c.Period == Concurrent {
+	switch {
+	case c.Period == Concurrent:
 		q.Remaining = max(0, c.Limit-s.Cur)
-	} else {
+	case c.Shape == ShapeBucket:
+		debt := bucketDebt(now, s.Cur)
+		q.Remaining = max(0, c.Limit-debt) / max(c.Unit, 1)
+		q.Reset, q.HasReset = time.Duration(debt), true
+	case c.Shape == ShapeFixed:
+		q.Remaining = max(0, c.Limit-max(s.Cur, 0))
+		if s.Cur > 0 {
+			q.Reset = c.End.Sub(now)
+		}
+		q.HasReset = true
+	default:
 		_, elapsed := windowAt(now, c.Period)
 		q.Remaining = slidingRemaining(c.Limit, s.Prev, s.Cur, c.Period, elapsed)
 		q.Reset = slidingReset(s.Prev, s.Cur, c.Period, elapsed)

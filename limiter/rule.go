@@ -21,7 +21,18 @@ const (
 	// ScopeModel protects a model: "openai/gpt-4o" is one provider's model,
 	// a bare "gpt-4o" is that model on every provider.
 	ScopeModel
+	// ScopeTag limits the requests that carry a tag (X-Tollgate-Tags, or
+	// fixed on a managed key). The subject is "k=v" for one value, or the
+	// tag's name "k": with PerChild each value has its own counters (each),
+	// without it every request carrying the tag shares one (total).
+	ScopeTag
+	// ScopeKey limits the requests of managed keys: the subject is one
+	// key's id, or "*" with PerChild for each key its own counters.
+	ScopeKey
 )
+
+// EachKey is the subject of a key rule that counts each key on its own.
+const EachKey = "*"
 
 // String returns the scope's name as used in config and the admin API.
 func (s Scope) String() string {
@@ -32,6 +43,10 @@ func (s Scope) String() string {
 		return "provider"
 	case ScopeModel:
 		return "model"
+	case ScopeTag:
+		return "tag"
+	case ScopeKey:
+		return "key"
 	}
 	return "scope(" + strconv.Itoa(int(s)) + ")"
 }
@@ -45,8 +60,12 @@ func ParseScope(s string) (Scope, error) {
 		return ScopeProvider, nil
 	case "model":
 		return ScopeModel, nil
+	case "tag":
+		return ScopeTag, nil
+	case "key":
+		return ScopeKey, nil
 	}
-	return 0, fmt.Errorf("unknown scope %q (want user_path, provider or model)", s)
+	return 0, fmt.Errorf("unknown scope %q (want user_path, provider, model, tag or key)", s)
 }
 
 // Concurrent is the Period of a rule that limits in-flight requests instead
@@ -132,6 +151,29 @@ type Rule struct {
 	MaxInputTokens  int64 // input tokens per window
 	MaxOutputTokens int64 // output tokens per window
 
+	// Window is how a windowed rule counts: the sliding estimate, or fixed
+	// windows.
+	Window Window
+	// Bucket, when set, makes the rule a token bucket instead of a window:
+	// Period and the Max fields are unused.
+	Bucket *Bucket
+
+	// MaxCost makes the rule a budget: micro-dollars per Calendar period
+	// in Location (nil: UTC), reserved at admission at the request's price
+	// and settled to the actual cost. A budget has no other limit.
+	MaxCost  int64
+	Calendar Calendar
+	Location *time.Location
+
+	// Priority: among the matching rules of one scope, only those of the
+	// highest priority apply, so a specific grant can lift a general cap;
+	// Always rules apply whatever the priority. Budgets always apply.
+	Priority int
+	Always   bool
+	// Shadow rules are evaluated and counted but never refuse: a request
+	// they would have refused is admitted, and the decision says so.
+	Shadow bool
+
 	PerChild bool
 	// Shards splits each counter of the rule over this many items so that a
 	// subject every request charges is not one hot item. The limit holds
@@ -155,8 +197,50 @@ type Rule struct {
 
 // Key identifies a rule: scope, subject (case folded) and period. Editing
 // any of those moves the rule to a new key; editing only limits keeps it.
+// A bucket's period is "b", a budget's "$" and its calendar period, so
+// neither shares a key with a window rule on the same subject.
 func (r Rule) Key() RuleKey {
+	switch {
+	case r.Bucket != nil:
+		return RuleKey(r.Scope.String() + ":" + strings.ToLower(r.Subject) + ":b")
+	case r.IsBudget():
+		return MakeBudgetKey(r.Scope, r.Subject, r.Calendar)
+	}
 	return MakeRuleKey(r.Scope, r.Subject, r.Period)
+}
+
+// MakeBudgetKey builds the key of the budget with the given identity.
+func MakeBudgetKey(scope Scope, subject string, c Calendar) RuleKey {
+	return RuleKey(scope.String() + ":" + strings.ToLower(subject) + ":$" + c.String())
+}
+
+// IsBudget reports whether the rule limits money.
+func (r Rule) IsBudget() bool { return r.MaxCost > 0 || r.Calendar != CalendarNone }
+
+// PeriodName names the rule's period as config writes it: minute, hour,
+// day, concurrent, a number of seconds, a budget's calendar period, or
+// "bucket".
+func (r Rule) PeriodName() string {
+	switch {
+	case r.Bucket != nil:
+		return "bucket"
+	case r.IsBudget():
+		return r.Calendar.String()
+	}
+	return PeriodName(r.Period)
+}
+
+// normalized fills in what the limiter derives: a bucket's and a budget's
+// Period (the longest its counter can take to empty, for expiries), so
+// that Period == Concurrent means a concurrency rule only.
+func (r Rule) normalized() Rule {
+	switch {
+	case r.Bucket != nil:
+		r.Period = max(time.Second, (time.Duration(r.Bucket.fill())+time.Second-1)/time.Second*time.Second)
+	case r.IsBudget():
+		r.Period = r.Calendar.longest()
+	}
+	return r
 }
 
 // RuleKey identifies a rule; see Rule.Key.
@@ -195,8 +279,52 @@ func (r Rule) Problems() []error {
 		if r.Scope == ScopeModel && (strings.HasPrefix(r.Subject, "/") || strings.HasSuffix(r.Subject, "/")) {
 			errs = append(errs, fmt.Errorf("model: subject %q starts or ends with '/' (want model or provider/model)", r.Subject))
 		}
+	case ScopeTag:
+		name, value, isValue := strings.Cut(r.Subject, "=")
+		if err := checkTagPart("tag", name); err != nil {
+			errs = append(errs, err)
+		}
+		if isValue {
+			if err := checkTagPart("value", value); err != nil {
+				errs = append(errs, err)
+			}
+			if r.PerChild {
+				errs = append(errs, errors.New("value: a rule on one tag value cannot also count each value"))
+			}
+		}
+	case ScopeKey:
+		switch {
+		case r.Subject == EachKey:
+			if !r.PerChild {
+				errs = append(errs, errors.New("key: \"*\" names every key; count each key with key: each"))
+			}
+		case r.PerChild:
+			errs = append(errs, fmt.Errorf("key: %q is one key, it cannot be counted per key", r.Subject))
+		case r.Subject == "" || len(r.Subject) > 64 || strings.ContainsAny(r.Subject, " \t\n,="):
+			errs = append(errs, fmt.Errorf("key: %q is not a key id", r.Subject))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("scope: unknown scope %d", r.Scope))
+	}
+	switch {
+	case r.Bucket != nil:
+		errs = append(errs, r.bucketProblems()...)
+		return errs
+	case r.IsBudget():
+		errs = append(errs, r.budgetProblems()...)
+		return errs
+	}
+	if r.Priority < -1000 || r.Priority > 1000 {
+		errs = append(errs, fmt.Errorf("priority: %d is outside -1000..1000", r.Priority))
+	}
+	if r.Window > WindowFixed {
+		errs = append(errs, fmt.Errorf("window: unknown window %d", r.Window))
+	}
+	if r.Shadow && r.Shards > 1 {
+		errs = append(errs, errors.New("shadow: a sharded rule cannot be a shadow (a shard's refusal is not the rule's)"))
+	}
+	if r.Window == WindowFixed && r.Shards > 1 {
+		errs = append(errs, errors.New("shards: only sliding windows and concurrency rules can be sharded"))
 	}
 	if r.Period < 0 {
 		errs = append(errs, fmt.Errorf("period: negative period %s", r.Period))
@@ -240,11 +368,65 @@ func (r Rule) Problems() []error {
 	return errs
 }
 
+func (r Rule) bucketProblems() []error {
+	errs := r.Bucket.problems()
+	if r.Priority < -1000 || r.Priority > 1000 {
+		errs = append(errs, fmt.Errorf("priority: %d is outside -1000..1000", r.Priority))
+	}
+	if r.MaxRequests != 0 || r.MaxTokens != 0 || r.MaxInputTokens != 0 || r.MaxOutputTokens != 0 || r.MaxCost != 0 {
+		errs = append(errs, errors.New("capacity: a bucket rule has a capacity and a refill, not window limits"))
+	}
+	if r.Shards > 1 {
+		errs = append(errs, errors.New("shards: a bucket cannot be sharded"))
+	}
+	if r.Window != WindowSliding {
+		errs = append(errs, errors.New("window: a bucket has no window"))
+	}
+	return errs
+}
+
+func (r Rule) budgetProblems() []error {
+	var errs []error
+	if r.Calendar < CalendarHour || r.Calendar > CalendarMonth {
+		errs = append(errs, errors.New("period: a budget's period is hour, day, week or month"))
+	}
+	switch {
+	case r.MaxCost <= 0:
+		errs = append(errs, errors.New("amount_usd: a budget needs an amount above 0"))
+	case r.MaxCost > MaxAmount:
+		errs = append(errs, fmt.Errorf("amount_usd: %s is above the largest budget, %s", FormatUSD(r.MaxCost), FormatUSD(MaxAmount)))
+	}
+	if r.MaxRequests != 0 || r.MaxTokens != 0 || r.MaxInputTokens != 0 || r.MaxOutputTokens != 0 {
+		errs = append(errs, errors.New("amount_usd: a budget limits money only; put request and token limits in a rate-limit rule"))
+	}
+	if r.Shards > 1 {
+		errs = append(errs, errors.New("shards: a budget cannot be sharded"))
+	}
+	if r.Priority != 0 || r.Always {
+		errs = append(errs, errors.New("priority: budgets always apply; they take no priority"))
+	}
+	return errs
+}
+
+// checkTagPart checks a tag's name or value: 1 to 64 letters, digits or
+// "-_.:/".
+func checkTagPart(field, s string) error {
+	if s == "" || len(s) > MaxTagLen {
+		return fmt.Errorf("%s: %q is not 1 to %d characters", field, s, MaxTagLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if !tagByte(s[i]) {
+			return fmt.Errorf("%s: %q may hold letters, digits and - _ . : / only", field, s)
+		}
+	}
+	return nil
+}
+
 // Describe names the rule for messages and headers, in the rule's own
 // spelling: "/team/alpha minute", "provider openai concurrent".
 func (r Rule) Describe() string {
 	if r.Scope == ScopeUserPath {
-		return r.Subject + " " + PeriodName(r.Period)
+		return r.Subject + " " + r.PeriodName()
 	}
-	return r.Scope.String() + " " + r.Subject + " " + PeriodName(r.Period)
+	return r.Scope.String() + " " + r.Subject + " " + r.PeriodName()
 }

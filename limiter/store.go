@@ -3,7 +3,9 @@ package limiter
 import (
 	"context"
 	"errors"
+	"math"
 	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -16,6 +18,7 @@ const (
 	KindInputTokens                  // input tokens in a window
 	KindOutputTokens                 // output tokens in a window
 	KindInFlight                     // requests in flight (a gauge, no window)
+	KindCost                         // micro-dollars in a budget's period
 )
 
 func (k Kind) String() string {
@@ -30,15 +33,20 @@ func (k Kind) String() string {
 		return "out"
 	case KindInFlight:
 		return "fly"
+	case KindCost:
+		return "usd"
 	}
 	return "?"
 }
 
-// IsTokens reports whether the kind counts tokens, i.e. is settled against
-// actual usage after the request.
+// IsTokens reports whether the kind counts tokens.
 func (k Kind) IsTokens() bool {
 	return k == KindTokens || k == KindInputTokens || k == KindOutputTokens
 }
+
+// IsSettled reports whether the kind's charges are estimates corrected to
+// actual usage after the request: tokens and money.
+func (k Kind) IsSettled() bool { return k.IsTokens() || k == KindCost }
 
 // Counter names one stored number: one dimension of one rule's subject (or
 // per-child subject), in one window, on one shard.
@@ -50,7 +58,9 @@ type Counter struct {
 	// Shards is the layout the counter is a shard of: how many shards the
 	// rule's counter was split into (0 when it is not split).
 	Shards int
-	Window int64 // window index since the Unix epoch; 0 for KindInFlight
+	// Window is the window's index since the Unix epoch, or for a
+	// calendar period its start in Unix seconds; 0 for gauges and buckets.
+	Window int64
 }
 
 // Previous returns the same counter one window earlier.
@@ -60,11 +70,26 @@ func (c Counter) Previous() Counter {
 }
 
 // Charge asks a store to add Amount to a counter if the limit allows it.
+//
+// A store admits a charge when the counter's value is at most Ceiling, and
+// then sets it to max(value, Floor) + Amount. Floor is 0 but for buckets,
+// so for every other shape that is value + Amount.
 type Charge struct {
 	Counter Counter
-	Period  time.Duration // the window length; Concurrent for KindInFlight
-	Limit   int64         // the limit, or this shard's share of it
-	Amount  int64
+	// Period is the window length; Concurrent for KindInFlight. For a
+	// calendar period or a bucket it is the longest the counter counts
+	// for, which only expiries use.
+	Period time.Duration
+	Shape  Shape
+	// End is when a fixed window closes (ShapeFixed).
+	End time.Time
+	// Floor is a bucket's now, in Unix nanoseconds; Unit its nanoseconds
+	// of refill per unit, which settlements multiply corrections by.
+	Floor int64
+	Unit  int64
+	Limit int64 // the limit, or this shard's share of it; a bucket's capacity in ns
+	// Amount is what the charge adds: units, or a bucket's units × Unit.
+	Amount int64
 	// PrevFrom, when set, replaces Counter.Previous() as the previous
 	// window's count: the sum of these counters times PrevShare
 	// (numerator, denominator), rounded up. It is set in the first window
@@ -73,9 +98,15 @@ type Charge struct {
 	PrevFrom  []Counter
 	PrevShare [2]int64
 
-	owner *rule // the rule charged, when the limiter planned the charge
-	whole int64 // the limit the shares of a sharded charge add up to
+	owner  *rule // the rule charged, when the limiter planned the charge
+	whole  int64 // the limit the shares of a sharded charge add up to
+	shadow bool  // a shadow rule's: admitted whatever its count
+	units  int64 // what a bucket charge asks, in the rule's units
 }
+
+// Sliding reports whether the charge's counter is read with its previous
+// window's count.
+func (c *Charge) Sliding() bool { return c.Period != Concurrent && c.Shape == ShapeSliding }
 
 // PrevOf returns the previous window's count of c from the counts of its
 // PrevFrom counters (in order): their sum times PrevShare, rounded up.
@@ -103,18 +134,43 @@ func (c *Charge) PrevOf(counts []int64) int64 {
 // A store admits a charge exactly when the counter's current value is at
 // most Ceiling: that is the one condition it has to evaluate atomically, and
 // the only domain arithmetic it needs.
+//
+// A shadow rule's charge is admitted whatever its counter holds (a gauge
+// up to MaxSlotsPerShard, what one item may hold); the limiter compares
+// the count with the real ceiling afterwards.
 func (c *Charge) Ceiling(prev int64, now time.Time) int64 {
-	if c.Period == Concurrent {
+	if c.shadow {
+		if c.Period == Concurrent {
+			return MaxSlotsPerShard - c.Amount
+		}
+		return math.MaxInt64 - c.Amount
+	}
+	return c.ceiling(prev, now)
+}
+
+// ceiling is Ceiling for the rule's real limit.
+func (c *Charge) ceiling(prev int64, now time.Time) int64 {
+	switch {
+	case c.Period == Concurrent, c.Shape == ShapeFixed:
 		return c.Limit - c.Amount
+	case c.Shape == ShapeBucket:
+		return bucketCeiling(c.Floor, c.Limit, c.Amount)
 	}
 	_, elapsed := windowAt(now, c.Period)
 	return slidingCeiling(c.Limit, prev, c.Amount, c.Period, elapsed)
 }
 
-// WindowEnd returns when the charge's window closes (zero for gauges).
+// WindowEnd returns when the charge's window closes: End for a fixed
+// window, when a bucket would be full again after this charge, zero for
+// gauges.
 func (c *Charge) WindowEnd() time.Time {
-	if c.Period == Concurrent {
+	switch {
+	case c.Period == Concurrent:
 		return time.Time{}
+	case c.Shape == ShapeBucket:
+		return time.Unix(0, SatAdd(c.Floor, SatAdd(c.Limit, c.Amount)))
+	case !c.End.IsZero():
+		return c.End
 	}
 	return time.Unix(0, (c.Counter.Window+1)*int64(c.Period))
 }
@@ -123,6 +179,9 @@ func (c *Charge) WindowEnd() time.Time {
 type State struct {
 	Prev int64 // the final count of the previous window; 0 for gauges
 	Cur  int64 // the current window's count, or the gauge's value
+	// Reserved is, for a budget's counter, the part of Cur that requests
+	// not yet settled reserved.
+	Reserved int64
 	// Refused is set on a refused outcome for the charges whose condition
 	// failed.
 	Refused bool
@@ -157,6 +216,9 @@ type Lease struct {
 	Route      string
 	// Reserved is what was charged to token windows at admission.
 	Reserved Usage
+	// Price is what the request's tokens cost, for budgets: their charge
+	// is Reserved at Price, settled to the usage at Price.
+	Price Price
 	// Charges lists every counter the request charged; Settle uses the token
 	// counters among them, release the in-flight ones.
 	Charges []Charge
@@ -249,8 +311,10 @@ var (
 
 // Corrections returns the per-charge deltas a settlement applies: for each
 // token counter the lease charged, used − reserved in that counter's
-// dimension; negative deltas only when the usage is exact. The result has
-// one entry per lease charge (0 for charges that are not corrected).
+// dimension; for a budget, the actual cost less the reserved cost (at the
+// lease's price); for a token bucket, that many tokens of refill time.
+// Negative deltas only when the usage is exact. The result has one entry
+// per lease charge (0 for charges that are not corrected).
 //
 // A charge split over several shards of one rule is corrected once: an
 // overshoot goes to its first part, a refund is taken from its parts in
@@ -258,7 +322,12 @@ var (
 // refunded more than it was charged.
 func Corrections(s Settlement) []int64 {
 	out := make([]int64, len(s.Lease.Charges))
-	used := Usage{InputTokens: clampAmount(s.Used.InputTokens), OutputTokens: clampAmount(s.Used.OutputTokens), Exact: s.Used.Exact}
+	used := Usage{
+		InputTokens:       clampAmount(s.Used.InputTokens),
+		OutputTokens:      clampAmount(s.Used.OutputTokens),
+		CachedInputTokens: clampAmount(s.Used.CachedInputTokens),
+		Exact:             s.Used.Exact,
+	}
 	done := make([]bool, len(s.Lease.Charges))
 	for i, c := range s.Lease.Charges {
 		if done[i] {
@@ -272,12 +341,23 @@ func Corrections(s Settlement) []int64 {
 			u, reserved = used.InputTokens, s.Lease.Reserved.InputTokens
 		case KindOutputTokens:
 			u, reserved = used.OutputTokens, s.Lease.Reserved.OutputTokens
+		case KindCost:
+			u, reserved = s.Lease.Price.Cost(used), s.Lease.reservedCost()
 		default:
 			continue
 		}
 		d := u - reserved
 		if d < 0 && !used.Exact {
 			d = 0
+		}
+		if c.Shape == ShapeBucket {
+			done[i] = true
+			if d < 0 {
+				out[i] = -SatMul(-d, c.Unit)
+			} else {
+				out[i] = SatMul(d, c.Unit)
+			}
+			continue
 		}
 		// The parts of one split charge: same counter but for the shard.
 		for j := i; j < len(s.Lease.Charges); j++ {
@@ -297,6 +377,31 @@ func Corrections(s Settlement) []int64 {
 		}
 	}
 	return out
+}
+
+// Released returns, per lease charge, the reservation a settlement turns
+// into spending on a budget's counter: each budget charge's amount. Stores
+// keep what is reserved apart (State.Reserved), so a budget can show spent
+// and reserved money.
+func Released(s Settlement) []int64 {
+	out := make([]int64, len(s.Lease.Charges))
+	for i, c := range s.Lease.Charges {
+		if c.Counter.Kind == KindCost {
+			out[i] = c.Amount
+		}
+	}
+	return out
+}
+
+// NeedsSettling reports whether settling s changes anything: a correction
+// or a reservation to release.
+func NeedsSettling(s Settlement) bool {
+	for _, c := range s.Lease.Charges {
+		if c.Counter.Kind == KindCost && c.Amount > 0 {
+			return true
+		}
+	}
+	return slices.ContainsFunc(Corrections(s), func(d int64) bool { return d != 0 })
 }
 
 // samePart reports whether two counters are shards of one rule's counter

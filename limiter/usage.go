@@ -27,8 +27,14 @@ type DimensionUsage struct {
 	// the last window's, which still weighs on the sliding estimate.
 	Used     int64
 	Previous int64
-	// Remaining is what the sliding estimate leaves of the limit now.
+	// Remaining is what the rule leaves of the limit now: under the
+	// sliding estimate, in a fixed window or budget period, or in a bucket.
 	Remaining int64
+	// Reserved is, for a budget, the part of Used that requests not yet
+	// settled reserved: Used − Reserved is spent.
+	Reserved int64
+	// Refill is how long a bucket takes to be full again.
+	Refill time.Duration
 }
 
 // AllUsage reads the live state of every rule in force, except per_child
@@ -49,7 +55,14 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 	for _, m := range ms {
 		r := m.rule
 		kinds := []Kind{KindRequests, KindTokens, KindInputTokens, KindOutputTokens}
-		if r.Period == Concurrent {
+		switch {
+		case r.Bucket != nil && r.Bucket.Tokens:
+			kinds = []Kind{KindTokens}
+		case r.Bucket != nil:
+			kinds = []Kind{KindRequests}
+		case r.IsBudget():
+			kinds = []Kind{KindCost}
+		case r.Period == Concurrent:
 			kinds = []Kind{KindInFlight}
 		}
 		for _, k := range kinds {
@@ -78,7 +91,10 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 		r := c.owner
 		if len(out) == 0 || out[len(out)-1].Rule.Key() != r.key || out[len(out)-1].Child != c.Counter.Child {
 			u := RuleUsage{Rule: r.Rule, Child: c.Counter.Child}
-			if r.Period != Concurrent {
+			switch {
+			case r.IsBudget():
+				u.WindowStart, u.WindowEnd = r.Calendar.Bounds(now, r.Location)
+			case r.Period != Concurrent && r.Bucket == nil:
 				u.WindowStart = time.Unix(0, c.Counter.Window*int64(r.Period))
 				u.WindowEnd = u.WindowStart.Add(r.Period)
 			}
@@ -89,10 +105,15 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 		for j := range n {
 			d.Used += states[i+j].Cur
 			d.Previous += states[i+j].Prev
+			d.Reserved += states[i+j].Reserved
 		}
-		if r.Period == Concurrent {
+		switch {
+		case c.Shape == ShapeBucket:
+			q := quotaOf(now, &c, r, states[i])
+			d.Used, d.Remaining, d.Refill = d.Limit-q.Remaining, q.Remaining, q.Reset
+		case r.Period == Concurrent, c.Shape == ShapeFixed:
 			d.Remaining = max(0, d.Limit-d.Used)
-		} else {
+		default:
 			_, elapsed := windowAt(now, r.Period)
 			d.Remaining = slidingRemaining(d.Limit, d.Previous, d.Used, r.Period, elapsed)
 		}

@@ -14,6 +14,7 @@ const (
 	maxPrevEntries   = 50_000
 	maxRejectEntries = 10_000
 	maxAuditEntries  = 10_000
+	maxBucketEntries = 10_000
 )
 
 // prevEntry is the final count of a closed window, as this process read it.
@@ -57,7 +58,7 @@ func (s *Store) prevs(ctx context.Context, now time.Time, charges []limiter.Char
 	var missingAt []int
 	for i := range charges {
 		c := &charges[i]
-		if c.Period == limiter.Concurrent {
+		if !c.Sliding() {
 			continue
 		}
 		key := prevKey(c)

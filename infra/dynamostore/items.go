@@ -127,9 +127,10 @@ const (
 	attrUsedCached  = "used_cached"
 	attrExact       = "exact"
 	attrFinishedAt  = "finished_at"
-	attrAdmitted    = "adm"  // Unix milliseconds of the admission
-	attrReleased    = "rel"  // the lease's slots were given back when it ended
-	attrLate        = "late" // completed after it had expired
+	attrAdmitted    = "adm"   // Unix milliseconds of the admission
+	attrReleased    = "rel"   // the lease's slots were given back when it ended
+	attrLate        = "late"  // completed after it had expired
+	attrPrice       = "price" // "input output cached" µ$ per million tokens, for budgets
 )
 
 // leaseItem encodes an active lease. active names its partition of the
@@ -139,8 +140,8 @@ const (
 // which keeps a lease of several rules under 1 KB: one write unit.
 func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.AttributeValue {
 	charges := make([]types.AttributeValue, len(l.Charges))
-	for i, c := range l.Charges {
-		charges[i] = sv(strconv.FormatInt(c.Amount, 10) + " " + strconv.FormatInt(int64(c.Period/time.Second), 10) + " " + CounterKey(c.Counter))
+	for i := range l.Charges {
+		charges[i] = sv(encodeCharge(&l.Charges[i]))
 	}
 	item := map[string]types.AttributeValue{
 		attrID:          sv(l.ID),
@@ -163,7 +164,24 @@ func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.Attr
 	if l.Model != "" {
 		item[attrModel] = sv(l.Model)
 	}
+	if !l.Price.IsZero() {
+		item[attrPrice] = sv(strconv.FormatInt(l.Price.Input, 10) + " " + strconv.FormatInt(l.Price.Output, 10) + " " + strconv.FormatInt(l.Price.CachedInput, 10))
+	}
 	return item
+}
+
+// encodeCharge writes what settling a charge needs: "amount period key",
+// where a fixed window's period is followed by "f" and its end (Unix
+// seconds), a bucket's by "b" and its nanoseconds per unit: "1 86400f1767225600 …".
+func encodeCharge(c *limiter.Charge) string {
+	period := strconv.FormatInt(int64(c.Period/time.Second), 10)
+	switch c.Shape {
+	case limiter.ShapeFixed:
+		period += "f" + strconv.FormatInt(c.End.Unix(), 10)
+	case limiter.ShapeBucket:
+		period += "b" + strconv.FormatInt(c.Unit, 10)
+	}
+	return strconv.FormatInt(c.Amount, 10) + " " + period + " " + CounterKey(c.Counter)
 }
 
 // LeaseRecord is a lease item decoded: the lease, its status, and the
@@ -196,6 +214,12 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 	r.Lease.Model = str(item, attrModel)
 	r.Lease.Route = str(item, attrRoute)
 	r.Lease.Reserved = limiter.Usage{InputTokens: num(attrReservedIn), OutputTokens: num(attrReservedOut)}
+	if p := str(item, attrPrice); p != "" {
+		var err error
+		if r.Lease.Price, err = parsePrice(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	r.Used = limiter.Usage{
 		InputTokens:       num(attrUsedIn),
 		OutputTokens:      num(attrUsedOut),
@@ -227,15 +251,52 @@ func decodeCharge(v types.AttributeValue) (limiter.Charge, error) {
 	if !ok {
 		return limiter.Charge{}, errors.New("charge is not a string")
 	}
+	bad := fmt.Errorf("bad charge %q", sv.Value)
 	amount, rest, ok1 := strings.Cut(sv.Value, " ")
 	period, key, ok2 := strings.Cut(rest, " ")
 	a, err1 := strconv.ParseInt(amount, 10, 64)
-	p, err2 := strconv.ParseInt(period, 10, 64)
 	c, err3 := ParseCounterKey(key)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil {
-		return limiter.Charge{}, fmt.Errorf("bad charge %q", sv.Value)
+	if !ok1 || !ok2 || err1 != nil || err3 != nil {
+		return limiter.Charge{}, bad
 	}
-	return limiter.Charge{Counter: c, Period: time.Duration(p) * time.Second, Amount: a}, nil
+	ch := limiter.Charge{Counter: c, Amount: a}
+	secs, shape := period, ""
+	if i := strings.IndexAny(period, "fb"); i >= 0 {
+		secs, shape = period[:i], period[i:]
+	}
+	p, err := strconv.ParseInt(secs, 10, 64)
+	if err != nil {
+		return limiter.Charge{}, bad
+	}
+	ch.Period = time.Duration(p) * time.Second
+	if shape != "" {
+		v, err := strconv.ParseInt(shape[1:], 10, 64)
+		if err != nil {
+			return limiter.Charge{}, bad
+		}
+		if shape[0] == 'f' {
+			ch.Shape, ch.End = limiter.ShapeFixed, time.Unix(v, 0).UTC()
+		} else {
+			ch.Shape, ch.Unit = limiter.ShapeBucket, v
+		}
+	}
+	return ch, nil
+}
+
+// parsePrice is the inverse of the price attribute.
+func parsePrice(s string) (limiter.Price, error) {
+	f := strings.Fields(s)
+	var v [3]int64
+	if len(f) != 3 {
+		return limiter.Price{}, fmt.Errorf("bad price %q", s)
+	}
+	for i := range f {
+		var err error
+		if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil || v[i] < 0 {
+			return limiter.Price{}, fmt.Errorf("bad price %q", s)
+		}
+	}
+	return limiter.Price{Input: v[0], Output: v[1], CachedInput: v[2]}, nil
 }
 
 // ParseCounterKey is the inverse of CounterKey.
@@ -271,7 +332,7 @@ func ParseCounterKey(key string) (limiter.Counter, error) {
 
 var kindByName = func() map[string]limiter.Kind {
 	m := map[string]limiter.Kind{}
-	for k := limiter.KindRequests; k <= limiter.KindInFlight; k++ {
+	for k := limiter.KindRequests; k <= limiter.KindCost; k++ {
 		m[k.String()] = k
 	}
 	return m

@@ -50,7 +50,12 @@ func TestLeaseItemRoundTripAndSize(t *testing.T) {
 			{Counter: limiter.Counter{Rule: "provider:openai-eu:60", Kind: limiter.KindRequests, Window: w, Shard: 3}, Period: time.Minute, Amount: 1},
 			{Counter: limiter.Counter{Rule: "model:openai-eu/gpt-4o-2024-08-06:60", Kind: limiter.KindInputTokens, Window: w}, Period: time.Minute, Amount: 1200},
 			{Counter: limiter.Counter{Rule: "model:openai-eu/gpt-4o-2024-08-06:60", Kind: limiter.KindOutputTokens, Window: w}, Period: time.Minute, Amount: 4096},
+			{Counter: limiter.Counter{Rule: "user_path:/customers:$month", Kind: limiter.KindCost, Window: 1777593600}, Period: 31 * 24 * time.Hour,
+				Shape: limiter.ShapeFixed, End: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), Amount: 44_000},
+			{Counter: limiter.Counter{Rule: "provider:openai-eu:b", Kind: limiter.KindTokens}, Period: 600 * time.Second,
+				Shape: limiter.ShapeBucket, Unit: 333_334, Amount: 5296 * 333_334},
 		},
+		Price: limiter.Price{Input: 2_500_000, Output: 10_000_000, CachedInput: 1_250_000},
 	}
 	item := leaseItem(l, "a3", now.Unix())
 	rec, err := DecodeLease(item)
@@ -58,16 +63,17 @@ func TestLeaseItemRoundTripAndSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rec.Status != StatusActive || rec.Lease.ID != l.ID || !rec.Lease.ExpiresAt.Equal(l.ExpiresAt) ||
-		rec.Lease.UserPath != l.UserPath || rec.Lease.Reserved != l.Reserved || len(rec.Lease.Charges) != len(l.Charges) {
+		rec.Lease.UserPath != l.UserPath || rec.Lease.Reserved != l.Reserved || len(rec.Lease.Charges) != len(l.Charges) ||
+		rec.Lease.Price != l.Price {
 		t.Fatalf("decoded %+v", rec)
 	}
 	for i, c := range rec.Lease.Charges {
 		w := l.Charges[i]
-		if c.Counter != w.Counter || c.Period != w.Period || c.Amount != w.Amount {
+		if c.Counter != w.Counter || c.Period != w.Period || c.Amount != w.Amount || c.Shape != w.Shape || !c.End.Equal(w.End) || c.Unit != w.Unit {
 			t.Errorf("charge %d decoded %+v, want %+v", i, c, w)
 		}
 	}
-	// One write unit: a lease of six counters stays under 1 KB.
+	// One write unit: a lease of eight counters stays under 1 KB.
 	if size := itemSize(item); size > 1024 {
 		t.Fatalf("lease item is %d bytes, over one write unit", size)
 	}

@@ -25,7 +25,7 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 		keys = append(keys, CounterKey(c.Counter))
 		if c.Period == limiter.Concurrent {
 			gauges = true
-		} else {
+		} else if c.Sliding() {
 			keys = append(keys, prevSources(c)...)
 		}
 	}
@@ -34,15 +34,17 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 			return nil, err
 		}
 	}
-	got, err := s.getCounts(ctx, keys)
+	got, reserved, err := s.getStates(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]limiter.State, len(charges))
 	for i := range charges {
 		c := &charges[i]
-		out[i].Cur = got[CounterKey(c.Counter)]
-		if c.Period != limiter.Concurrent {
+		k := CounterKey(c.Counter)
+		out[i].Cur = got[k]
+		out[i].Reserved = min(max(reserved[k], 0), max(out[i].Cur, 0))
+		if c.Sliding() {
 			out[i].Prev = prevFrom(c, got)
 		}
 	}
@@ -52,23 +54,36 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 // getCounts reads counter items consistently: a window's n, a gauge's
 // number of slots; absent items are 0.
 func (s *Store) getCounts(ctx context.Context, keys []string) (map[string]int64, error) {
-	items, err := s.getItems(ctx, s.tables.Counters, keys, attrPK, attrN, attrSlots)
+	got, _, err := s.getStates(ctx, keys)
+	return got, err
+}
+
+// getStates is getCounts with, for budgets, what their counts hold in
+// reservations.
+func (s *Store) getStates(ctx context.Context, keys []string) (counts, reserved map[string]int64, err error) {
+	items, err := s.getItems(ctx, s.tables.Counters, keys, attrPK, attrN, attrSlots, attrReserved)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make(map[string]int64, len(keys))
+	counts = make(map[string]int64, len(keys))
+	reserved = map[string]int64{}
 	for k, item := range items {
 		if _, isGauge := item[attrSlots]; isGauge {
-			out[k] = int64(len(stringSet(item, attrSlots)))
+			counts[k] = int64(len(stringSet(item, attrSlots)))
 			continue
 		}
 		v, err := number(item, attrN)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out[k] = v
+		counts[k] = v
+		if _, ok := item[attrReserved]; ok {
+			if reserved[k], err = number(item, attrReserved); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
-	return out, nil
+	return counts, reserved, nil
 }
 
 // getItems reads items by their string hash key with BatchGetItem, 100 at

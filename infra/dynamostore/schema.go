@@ -44,6 +44,7 @@ const (
 	attrPK        = "pk"         // counters and config: the item key
 	attrSK        = "sk"         // config: the sort key
 	attrN         = "n"          // counters: the count
+	attrReserved  = "r"          // budgets: the part of n not yet settled
 	attrWriter    = "w"          // counters: the last writer's token
 	attrSlots     = "s"          // gauges: the slots held, one entry per lease
 	attrTTL       = "ttl"        // every table: TTL, Unix seconds

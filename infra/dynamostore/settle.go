@@ -32,11 +32,10 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 			continue
 		}
 		seen[id] = true
-		corr := limiter.Corrections(st)
-		if !slices.ContainsFunc(corr, func(d int64) bool { return d != 0 }) {
+		if !limiter.NeedsSettling(st) {
 			continue // nothing to change, nothing to guard
 		}
-		todo = append(todo, settlement{st: st, corrections: corr})
+		todo = append(todo, settlement{st: st, corrections: limiter.Corrections(st), released: limiter.Released(st)})
 	}
 	var errs []error
 	applied := 0
@@ -81,7 +80,11 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 type settlement struct {
 	st          limiter.Settlement
 	corrections []int64
+	released    []int64 // a budget's reservation turned into spending
 }
+
+// touches reports whether the settlement writes charge i's counter.
+func (t settlement) touches(i int) bool { return t.corrections[i] != 0 || t.released[i] != 0 }
 
 // unsettled drops the settlements whose marker exists.
 func (s *Store) unsettled(ctx context.Context, todo []settlement) ([]settlement, error) {
@@ -108,7 +111,7 @@ func chunkSettlements(todo []settlement) [][]settlement {
 	for _, t := range todo {
 		added := 0
 		for i, c := range t.st.Lease.Charges {
-			if k := CounterKey(c.Counter); t.corrections[i] != 0 && !counters[k] {
+			if k := CounterKey(c.Counter); t.touches(i) && !counters[k] {
 				added++
 			}
 		}
@@ -118,7 +121,7 @@ func chunkSettlements(todo []settlement) [][]settlement {
 		}
 		cur = append(cur, t)
 		for i, c := range t.st.Lease.Charges {
-			if t.corrections[i] != 0 {
+			if t.touches(i) {
 				counters[CounterKey(c.Counter)] = true
 			}
 		}
@@ -136,6 +139,7 @@ func chunkSettlements(todo []settlement) [][]settlement {
 func (s *Store) settleItems(chunk []settlement, floors map[string]bool) ([]types.TransactWriteItem, []string) {
 	var items []types.TransactWriteItem
 	sums := map[string]int64{}
+	releases := map[string]int64{}
 	charge := map[string]*limiter.Charge{}
 	var order []string
 	for _, t := range chunk {
@@ -149,23 +153,26 @@ func (s *Store) settleItems(chunk []settlement, floors map[string]bool) ([]types
 			ExpressionAttributeNames: map[string]string{"#pk": attrPK},
 		}})
 		for i := range t.st.Lease.Charges {
-			d := t.corrections[i]
-			if d == 0 {
+			if !t.touches(i) {
 				continue
 			}
 			c := &t.st.Lease.Charges[i]
 			k := CounterKey(c.Counter)
-			if _, ok := sums[k]; !ok {
+			if _, ok := charge[k]; !ok {
 				order = append(order, k)
 				charge[k] = c
 			}
-			sums[k] = limiter.SatAdd(sums[k], d)
+			sums[k] = limiter.SatAdd(sums[k], t.corrections[i])
+			releases[k] = limiter.SatAdd(releases[k], t.released[i])
 		}
 	}
 	var counters []string
 	for _, k := range order {
-		d := sums[k]
-		if d == 0 || (d < 0 && floors[k]) {
+		d, rel := sums[k], releases[k]
+		if d < 0 && floors[k] {
+			d = 0
+		}
+		if d == 0 && rel == 0 {
 			continue
 		}
 		c := charge[k]
@@ -175,6 +182,12 @@ func (s *Store) settleItems(chunk []settlement, floors map[string]bool) ([]types
 			UpdateExpression:          aws.String("ADD #n :d SET #t = if_not_exists(#t, :t)"),
 			ExpressionAttributeNames:  map[string]string{"#n": attrN, "#t": attrTTL},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":d": n(d), ":t": n(s.ttlAfter(c.WindowEnd().Add(c.Period)))},
+		}
+		if rel != 0 {
+			// What was reserved is now spent (or refunded, by d).
+			u.UpdateExpression = aws.String("ADD #n :d, #r :rel SET #t = if_not_exists(#t, :t)")
+			u.ExpressionAttributeNames["#r"] = attrReserved
+			u.ExpressionAttributeValues[":rel"] = n(-rel)
 		}
 		if d < 0 {
 			// An overshoot is charged even past the limit; a refund never

@@ -94,6 +94,7 @@ type Store struct {
 	prev    *lru.Cache[string, prevEntry]
 	rejects rejectCache
 	audits  *lru.Cache[string, time.Time] // when this process last audited a gauge
+	buckets *lru.Cache[string, int64]     // each bucket's last value seen, to guess its side
 
 	wall func() time.Time // for TTLs only, never for decisions
 
@@ -150,6 +151,7 @@ func New(o Options) (*Store, error) {
 		prev:    lru.New[string, prevEntry](maxPrevEntries),
 		rejects: rejectCache{lru.New[string, rejectEntry](maxRejectEntries)},
 		audits:  lru.New[string, time.Time](maxAuditEntries),
+		buckets: lru.New[string, int64](maxBucketEntries),
 		wall:    time.Now,
 	}, nil
 }
@@ -289,6 +291,7 @@ const (
 type addResult struct {
 	cur     int64
 	refused bool
+	absent  bool // refused, and the counter does not exist
 	applied applied
 	err     error
 }
@@ -397,23 +400,43 @@ func (s *Store) undoContext(ctx context.Context) (context.Context, context.Cance
 // token. The SDK never resends it blindly; after an ambiguous failure the
 // token tells whether it landed.
 func (s *Store) add(ctx context.Context, key string, c *limiter.Charge, ceiling int64, now time.Time) addResult {
+	if c.Shape == limiter.ShapeBucket {
+		return s.addBucket(ctx, key, c, ceiling, now)
+	}
 	cond := "attribute_not_exists(#n) OR #n <= :m"
 	if ceiling < 0 {
 		cond = "#n <= :m" // nothing admits, not even an empty counter
 	}
+	update := "ADD #n :a SET #t = if_not_exists(#t, :t), #w = :w"
+	names := map[string]string{"#n": attrN, "#t": attrTTL, "#w": attrWriter}
+	if c.Counter.Kind == limiter.KindCost {
+		// A budget keeps what is reserved beside what is counted, in the
+		// same write.
+		update = "ADD #n :a, #r :a SET #t = if_not_exists(#t, :t), #w = :w"
+		names["#r"] = attrReserved
+	}
+	return s.conditionalAdd(ctx, key, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(c.Amount), ":m": n(ceiling), ":t": n(s.counterTTL(c, now))},
+	})
+}
+
+// conditionalAdd sends one conditional update of a counter with a fresh
+// writer token (the input's table, key, token and return values are set
+// here). The SDK never resends it blindly; after an ambiguous failure the
+// token tells whether it landed.
+func (s *Store) conditionalAdd(ctx context.Context, key string, in *dynamodb.UpdateItemInput) addResult {
 	tok := writeToken()
+	in.TableName = &s.tables.Counters
+	in.Key = keyOf(key)
+	in.ExpressionAttributeValues[":w"] = bin(tok)
+	in.ReturnValues = types.ReturnValueUpdatedNew
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	in.ReturnConsumedCapacity = types.ReturnConsumedCapacityIndexes
 	s.roundTrips.Add(1)
-	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           &s.tables.Counters,
-		Key:                                 keyOf(key),
-		UpdateExpression:                    aws.String("ADD #n :a SET #t = if_not_exists(#t, :t), #w = :w"),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            map[string]string{"#n": attrN, "#t": attrTTL, "#w": attrWriter},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": n(c.Amount), ":m": n(ceiling), ":t": n(s.counterTTL(c, now)), ":w": bin(tok)},
-		ReturnValues:                        types.ReturnValueUpdatedNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		ReturnConsumedCapacity:              types.ReturnConsumedCapacityIndexes,
-	}, noBlindRetry)
+	out, err := s.api.UpdateItem(ctx, in, noBlindRetry)
 	switch {
 	case err == nil:
 		s.accountOut(out.ConsumedCapacity)
@@ -423,7 +446,8 @@ func (s *Store) add(ctx context.Context, key string, c *limiter.Charge, ceiling 
 		var ccf *types.ConditionalCheckFailedException
 		errors.As(err, &ccf)
 		cur, derr := number(ccf.Item, attrN)
-		return addResult{cur: cur, refused: true, err: derr}
+		_, exists := ccf.Item[attrN]
+		return addResult{cur: cur, refused: true, absent: !exists, err: derr}
 	case awserr.NotApplied(err):
 		return addResult{err: awserr.Classify("charge "+key, err)}
 	}
@@ -487,14 +511,23 @@ func (s *Store) ttlAfter(t time.Time) int64 {
 // the charge counted, the safe side.
 func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) error {
 	tok := writeToken()
+	// A bucket's charge set it to max(value, now) + amount: taking the
+	// amount back leaves max(value, now), the same bucket (one at or
+	// before now is full either way).
+	update := "ADD #n :a SET #w = :w"
+	names := map[string]string{"#n": attrN, "#w": attrWriter}
+	if c.Counter.Kind == limiter.KindCost {
+		update = "ADD #n :a, #r :a SET #w = :w"
+		names["#r"] = attrReserved
+	}
 	err := retryUnapplied(ctx, 3, func() error {
 		s.roundTrips.Add(1)
 		out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.tables.Counters,
 			Key:                       keyOf(key),
-			UpdateExpression:          aws.String("ADD #n :a SET #w = :w"),
+			UpdateExpression:          aws.String(update),
 			ConditionExpression:       aws.String("#n >= :min"),
-			ExpressionAttributeNames:  map[string]string{"#n": attrN, "#w": attrWriter},
+			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(-c.Amount), ":min": n(c.Amount), ":w": bin(tok)},
 			ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
 		}, noBlindRetry)

@@ -45,8 +45,9 @@ type Store struct {
 }
 
 type cell struct {
-	n       int64
-	expires int64 // Unix ns after which the cell may be dropped; 0 = never
+	n        int64
+	reserved int64 // a budget's: the part of n not yet settled
+	expires  int64 // Unix ns after which the cell may be dropped; 0 = never
 }
 
 type lease struct {
@@ -105,8 +106,16 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 	}
 	for i := range charges {
 		c := &charges[i]
+		if c.Floor > states[i].Cur {
+			s.add(c, c.Floor-states[i].Cur) // a bucket that refilled
+			states[i].Cur = c.Floor
+		}
 		s.add(c, c.Amount)
 		states[i].Cur += c.Amount
+		if c.Counter.Kind == limiter.KindCost {
+			s.reserve(c, c.Amount)
+			states[i].Reserved += c.Amount
+		}
 	}
 	if l != nil {
 		cp := *l // the caller keeps its own; Renew changes this one
@@ -156,20 +165,21 @@ func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int
 	applied := 0
 	for _, st := range settlements {
 		id := st.Lease.ID
-		if _, done := s.settled[id]; done {
+		if _, done := s.settled[id]; done || !limiter.NeedsSettling(st) {
 			continue
 		}
-		changed := false
+		released := limiter.Released(st)
 		for i, d := range limiter.Corrections(st) {
+			c := &st.Lease.Charges[i]
 			if d != 0 {
-				s.add(&st.Lease.Charges[i], d)
-				changed = true
+				s.add(c, d)
+			}
+			if released[i] != 0 {
+				s.reserve(c, -released[i])
 			}
 		}
-		if changed {
-			s.settled[id] = maxTime(st.Lease.ExpiresAt, st.Lease.AdmittedAt)
-			applied++
-		}
+		s.settled[id] = maxTime(st.Lease.ExpiresAt, st.Lease.AdmittedAt)
+		applied++
 	}
 	return applied, nil
 }
@@ -197,9 +207,10 @@ func (s *Store) Expire(_ context.Context, now time.Time) (int, error) {
 }
 
 func (s *Store) state(c *limiter.Charge) limiter.State {
-	st := limiter.State{Cur: s.counters[c.Counter].n}
+	cl := s.counters[c.Counter]
+	st := limiter.State{Cur: cl.n, Reserved: cl.reserved}
 	switch {
-	case c.Period == limiter.Concurrent:
+	case !c.Sliding():
 	case c.PrevFrom != nil:
 		counts := make([]int64, len(c.PrevFrom))
 		for i, pc := range c.PrevFrom {
@@ -212,12 +223,20 @@ func (s *Store) state(c *limiter.Charge) limiter.State {
 	return st
 }
 
+// reserve changes what a budget's counter holds in reservations.
+func (s *Store) reserve(c *limiter.Charge, d int64) {
+	cl := s.counters[c.Counter]
+	cl.reserved = max(0, limiter.SatAdd(cl.reserved, d))
+	s.counters[c.Counter] = cl
+}
+
 // add changes a counter by d, saturating, and never below zero.
 func (s *Store) add(c *limiter.Charge, d int64) {
 	cl := s.counters[c.Counter]
 	cl.n = max(0, limiter.SatAdd(cl.n, d))
-	if c.Period != limiter.Concurrent && cl.expires == 0 {
-		cl.expires = c.WindowEnd().Add(c.Period + settleGrace).UnixNano()
+	if c.Period != limiter.Concurrent {
+		// A bucket's one counter lives as long as it is written to.
+		cl.expires = max(cl.expires, c.WindowEnd().Add(c.Period+settleGrace).UnixNano())
 	}
 	if cl.n == 0 && c.Period == limiter.Concurrent {
 		delete(s.counters, c.Counter)

@@ -334,7 +334,7 @@ func holdsSlots(l *limiter.Lease) bool {
 func nothingToCorrect(ss []limiter.Settlement) int {
 	n := 0
 	for _, s := range ss {
-		if !slices.ContainsFunc(limiter.Corrections(s), func(d int64) bool { return d != 0 }) {
+		if !limiter.NeedsSettling(s) {
 			n++
 		}
 	}

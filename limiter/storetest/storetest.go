@@ -49,6 +49,13 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"SplitChargeSettledPerPart", testSplitChargeSettledPerPart},
 		{"CountersNeverBelowZero", testCountersNeverBelowZero},
 		{"HammerAdmitComplete", testHammerAdmitComplete},
+		{"BudgetReservesAndSettles", testBudgetReservesAndSettles},
+		{"HammerBudget", testHammerBudget},
+		{"BucketBurstThenRate", testBucketBurstThenRate},
+		{"BucketSettled", testBucketSettled},
+		{"FixedWindow", testFixedWindow},
+		{"ShadowNeverRefuses", testShadowNeverRefuses},
+		{"ExplainChargesNothing", testExplainChargesNothing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

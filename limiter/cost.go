@@ -1,0 +1,72 @@
+package limiter
+
+import (
+	"math/bits"
+	"strconv"
+)
+
+// Money is counted in integer micro-dollars (µ$): a budget's counter, a
+// charge's amount and a price are exact integers, never floats.
+const MicrosPerUSD = 1_000_000
+
+// Price is what one model's tokens cost, in micro-dollars per million
+// tokens: $2.50 per million input tokens is Input 2_500_000.
+type Price struct {
+	Input       int64
+	Output      int64
+	CachedInput int64 // input served from the provider's prompt cache
+}
+
+// IsZero reports whether the price is unset.
+func (p Price) IsZero() bool { return p == Price{} }
+
+// Cost returns what usage costs at p in micro-dollars, rounded up and at
+// most MaxAmount: input and output at their prices, cached input at its
+// own.
+func (p Price) Cost(u Usage) int64 {
+	var hi, lo uint64
+	for _, t := range [...]struct{ n, price int64 }{
+		{u.InputTokens, p.Input},
+		{u.OutputTokens, p.Output},
+		{u.CachedInputTokens, p.CachedInput},
+	} {
+		h, l := bits.Mul64(uint64(clampAmount(t.n)), uint64(max(t.price, 0)))
+		var carry uint64
+		lo, carry = bits.Add64(lo, l, 0)
+		hi += h + carry
+	}
+	const perMillion = 1_000_000
+	if hi >= perMillion {
+		return MaxAmount
+	}
+	q, r := bits.Div64(hi, lo, perMillion)
+	if r > 0 {
+		q++
+	}
+	return int64(min(q, uint64(MaxAmount)))
+}
+
+// reservedCost is what a lease reserved on a budget: its input estimate
+// and output reservation at the lease's price.
+func (l *Lease) reservedCost() int64 {
+	return l.Price.Cost(Usage{InputTokens: l.Reserved.InputTokens, OutputTokens: l.Reserved.OutputTokens})
+}
+
+// FormatUSD writes micro-dollars as dollars with as many decimals as it
+// takes, at least two: 5000000 is "5.00", 1234 is "0.001234".
+func FormatUSD(micros int64) string {
+	neg := micros < 0
+	if neg {
+		micros = -micros
+	}
+	whole, frac := micros/MicrosPerUSD, micros%MicrosPerUSD
+	f := strconv.FormatInt(frac+MicrosPerUSD, 10)[1:] // six digits
+	for len(f) > 2 && f[len(f)-1] == '0' {
+		f = f[:len(f)-1]
+	}
+	s := strconv.FormatInt(whole, 10) + "." + f
+	if neg {
+		s = "-" + s
+	}
+	return s
+}

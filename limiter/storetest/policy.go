@@ -1,0 +1,315 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// The policy model on a store: budgets, buckets, fixed windows, shadow
+// rules and explanations, through the limiter, as the gateway uses them.
+
+// newLimiter returns a limiter on s with rules.
+func newLimiter(t *testing.T, s limiter.Store, rules ...limiter.Rule) *limiter.Limiter {
+	t.Helper()
+	rs, err := limiter.NewRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.New(limiter.Config{Store: s, Rules: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+var reqSeq sync.Map
+
+// admit makes one admission of the given size for /team/app.
+func admit(t *testing.T, l *limiter.Limiter, now time.Time, in, out int64, price limiter.Price) limiter.Decision {
+	t.Helper()
+	n, _ := reqSeq.LoadOrStore(t.Name(), new(int))
+	seq := n.(*int)
+	*seq++
+	d, err := l.Admit(context.Background(), now, limiter.Request{
+		ID:           fmt.Sprintf("%s-%d-%d", t.Name(), now.UnixNano(), *seq),
+		Subject:      limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
+		Route:        "chat",
+		InputTokens:  in,
+		OutputTokens: out,
+		Price:        price,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// budgetPrice makes a request of 100 input and 100 output tokens reserve
+// $0.003: three fit a $0.01 budget, a fourth does not.
+var budgetPrice = limiter.Price{Input: 10_000_000, Output: 20_000_000, CachedInput: 5_000_000}
+
+func budgetRule() limiter.Rule {
+	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: 10_000, Calendar: limiter.CalendarDay}
+}
+
+// A $0.01 daily budget admits three requests reserving $0.003 each and
+// refuses the fourth until midnight; settling the three to what they used
+// ($0.0015 each) makes room for more. What is reserved and what is spent
+// are read apart.
+func testBudgetReservesAndSettles(t *testing.T, open Opener) {
+	s := open()
+	l := newLimiter(t, s, budgetRule())
+	now := T0.Add(10 * time.Hour)
+	var leases []*limiter.Lease
+	for i := range 3 {
+		d := admit(t, l, now, 100, 100, budgetPrice)
+		if !d.Allowed {
+			t.Fatalf("request %d refused: %s", i, d.Refused.Message())
+		}
+		if want := int64(10_000 - 3_000*(i+1)); d.Budget.Remaining != want {
+			t.Fatalf("request %d: budget remaining %d, want %d", i, d.Budget.Remaining, want)
+		}
+		leases = append(leases, d.Lease)
+	}
+	d := admit(t, l, now, 100, 100, budgetPrice)
+	if d.Allowed || !d.Refused.IsBudget() {
+		t.Fatalf("fourth request: %+v, want a budget refusal", d)
+	}
+	if want := 14 * time.Hour; d.Refused.RetryAfter != want || !d.Refused.Retryable {
+		t.Fatalf("budget refusal waits %v (retryable %v), want %v: until midnight", d.Refused.RetryAfter, d.Refused.Retryable, want)
+	}
+	u := usageOf(t, l, now)
+	if u.Used != 9_000 || u.Reserved != 9_000 {
+		t.Fatalf("before settlement used %d reserved %d, want 9000 and 9000", u.Used, u.Reserved)
+	}
+	// Each used 100 input tokens, 50 of them from the cache, and 25 output
+	// tokens: 50×10 + 50×5 + 25×20 = 1250 µ$ per million … $0.00125.
+	used := limiter.Usage{InputTokens: 50, CachedInputTokens: 50, OutputTokens: 25, Exact: true}
+	var ss []limiter.Settlement
+	for _, ls := range leases {
+		if err := s.Complete(context.Background(), now, ls, used); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, limiter.Settlement{Lease: ls, Used: used})
+	}
+	for range 2 { // exactly once
+		if _, err := s.Settle(context.Background(), ss); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u = usageOf(t, l, now)
+	if u.Used != 3*1_250 || u.Reserved != 0 || u.Remaining != 10_000-3*1_250 {
+		t.Fatalf("after settlement used %d reserved %d remaining %d, want 3750, 0 and 6250", u.Used, u.Reserved, u.Remaining)
+	}
+	if d := admit(t, l, now, 100, 100, budgetPrice); !d.Allowed {
+		t.Fatalf("after settlement refused: %s", d.Refused.Message())
+	}
+	// The next day is a new period.
+	if d := admit(t, l, T0.Add(24*time.Hour), 100, 100, budgetPrice); !d.Allowed || d.Budget.Remaining != 7_000 {
+		t.Fatalf("next day: %+v", d)
+	}
+}
+
+func usageOf(t *testing.T, l *limiter.Limiter, now time.Time) limiter.DimensionUsage {
+	t.Helper()
+	us, err := l.Usage(context.Background(), now, limiter.Subject{UserPath: "/team/app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range us {
+		for _, d := range u.Dimensions {
+			if d.Kind == limiter.KindCost {
+				return d
+			}
+		}
+	}
+	t.Fatal("no budget in the usage")
+	return limiter.DimensionUsage{}
+}
+
+// Many clients at once never reserve past a budget: with each request
+// reserving $0.003 of $0.10, exactly 33 are admitted.
+func testHammerBudget(t *testing.T, open Opener) {
+	now := T0.Add(time.Hour)
+	rule := budgetRule()
+	rule.MaxCost = 100_000
+	var mu sync.Mutex
+	var leases []*limiter.Lease
+	n := hammer(t, open, workers, perWorker, func(s limiter.Store, i int) (bool, error) {
+		rs, _ := limiter.NewRules([]limiter.Rule{rule})
+		l, _ := limiter.New(limiter.Config{Store: s, Rules: rs})
+		d, err := l.Admit(context.Background(), now, limiter.Request{
+			ID: fmt.Sprintf("hb-%d", i), Subject: limiter.Subject{UserPath: "/team/x"}, InputTokens: 100, OutputTokens: 100, Price: budgetPrice,
+		})
+		if d.Allowed {
+			mu.Lock()
+			leases = append(leases, d.Lease)
+			mu.Unlock()
+		}
+		return d.Allowed, err
+	})
+	if n != 33 {
+		t.Fatalf("%d admitted, want exactly 33 ($0.099 of $0.10)", n)
+	}
+	l := newLimiter(t, open(), rule)
+	us, err := l.Usage(context.Background(), now, limiter.Subject{UserPath: "/team/x"})
+	if err != nil || len(us) != 1 || us[0].Dimensions[0].Used != 99_000 {
+		t.Fatalf("budget holds %+v (%v), want 99000", us, err)
+	}
+}
+
+// A bucket of 3 refilling 1 a second passes a burst of 3, then one a
+// second, and is full again after an idle spell; a request larger than
+// the bucket is refused for good.
+func testBucketBurstThenRate(t *testing.T, open Opener) {
+	s := open()
+	rule := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Bucket: &limiter.Bucket{Capacity: 3, RefillPerSecond: 1}}
+	l := newLimiter(t, s, rule)
+	now := T0.Add(time.Minute)
+	for i := range 3 {
+		if d := admit(t, l, now, 1, 1, limiter.Price{}); !d.Allowed {
+			t.Fatalf("burst request %d refused", i)
+		}
+	}
+	d := admit(t, l, now, 1, 1, limiter.Price{})
+	if d.Allowed || d.Refused.RetryAfter != time.Second {
+		t.Fatalf("fourth request: allowed %v, refusal %+v, want a refusal for exactly 1s", d.Allowed, d.Refused)
+	}
+	if d := admit(t, l, now.Add(999*time.Millisecond), 1, 1, limiter.Price{}); d.Allowed || d.Refused.RetryAfter != time.Millisecond {
+		t.Fatalf("a millisecond early: %+v", d.Refused)
+	}
+	if d := admit(t, l, now.Add(time.Second), 1, 1, limiter.Price{}); !d.Allowed || d.Requests.Remaining != 0 {
+		t.Fatalf("after a second: allowed %v remaining %d", d.Allowed, d.Requests.Remaining)
+	}
+	// Idle for a minute: the bucket is full, never fuller.
+	later := now.Add(time.Minute)
+	for i := range 3 {
+		if d := admit(t, l, later, 1, 1, limiter.Price{}); !d.Allowed {
+			t.Fatalf("after idling, request %d refused", i)
+		}
+	}
+	if d := admit(t, l, later, 1, 1, limiter.Price{}); d.Allowed {
+		t.Fatal("after idling, a fourth request passed: the bucket held more than its capacity")
+	}
+	tokens := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}}
+	lt := newLimiter(t, s, tokens)
+	if d := admit(t, lt, later, 60, 41, limiter.Price{}); d.Allowed || d.Refused.Retryable {
+		t.Fatalf("101 tokens in a bucket of 100: %+v", d.Refused)
+	}
+}
+
+// A token bucket is settled like a token window: a refund gives its
+// refill time back, exactly once.
+func testBucketSettled(t *testing.T, open Opener) {
+	s := open()
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}}
+	l := newLimiter(t, s, rule)
+	now := T0.Add(time.Minute)
+	d := admit(t, l, now, 20, 80, limiter.Price{})
+	if !d.Allowed {
+		t.Fatal("refused")
+	}
+	if d2 := admit(t, l, now, 1, 0, limiter.Price{}); d2.Allowed {
+		t.Fatal("a full reservation left room")
+	}
+	used := limiter.Usage{InputTokens: 20, OutputTokens: 10, Exact: true}
+	st := limiter.Settlement{Lease: d.Lease, Used: used}
+	for range 2 {
+		if _, err := s.Settle(context.Background(), []limiter.Settlement{st}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 70 tokens were given back, and no more.
+	if d := admit(t, l, now, 35, 35, limiter.Price{}); !d.Allowed {
+		t.Fatalf("the refund did not reach the bucket: %s", d.Refused.Message())
+	}
+	if d := admit(t, l, now, 1, 0, limiter.Price{}); d.Allowed {
+		t.Fatal("the refund was applied twice")
+	}
+}
+
+// A fixed window counts on its own: at its last instant it is full, at
+// the next window's first it is empty (no sliding carry-over).
+func testFixedWindow(t *testing.T, open Opener) {
+	s := open()
+	rule := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 2, Window: limiter.WindowFixed}
+	l := newLimiter(t, s, rule)
+	end := T0.Add(2 * time.Minute)
+	last := end.Add(-time.Nanosecond)
+	for range 2 {
+		if d := admit(t, l, last.Add(-time.Second), 1, 1, limiter.Price{}); !d.Allowed {
+			t.Fatal("refused within the limit")
+		}
+	}
+	d := admit(t, l, last, 1, 1, limiter.Price{})
+	if d.Allowed || d.Refused.RetryAfter != time.Nanosecond {
+		t.Fatalf("third: %+v, want a refusal until the window's end", d.Refused)
+	}
+	for range 2 {
+		if d := admit(t, l, end, 1, 1, limiter.Price{}); !d.Allowed {
+			t.Fatal("the new window did not start empty")
+		}
+	}
+}
+
+// A shadow rule counts but never refuses, and says when it would have.
+func testShadowNeverRefuses(t *testing.T, open Opener) {
+	s := open()
+	shadow := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 2, Shadow: true}
+	shadowFly := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Concurrent, MaxRequests: 1, Shadow: true}
+	shadowBudget := budgetRule()
+	shadowBudget.Shadow, shadowBudget.MaxCost = true, 5_000
+	l := newLimiter(t, s, shadow, shadowFly, shadowBudget)
+	now := T0.Add(time.Minute)
+	for i := range 4 {
+		d := admit(t, l, now, 100, 100, budgetPrice)
+		if !d.Allowed {
+			t.Fatalf("request %d refused by a shadow rule: %s", i, d.Refused.Message())
+		}
+		want := map[int]int{0: 0, 1: 2, 2: 3, 3: 3}[i] // in flight from the second on; budget from the second; window from the third
+		if len(d.Shadow) != want {
+			t.Fatalf("request %d: %d shadow refusals %+v, want %d", i, len(d.Shadow), d.Shadow, want)
+		}
+	}
+	if u := usageOf(t, l, now); u.Used != 12_000 {
+		t.Fatalf("the shadow budget counted %d, want 12000", u.Used)
+	}
+}
+
+// Explain reads what Admit would decide and charges nothing.
+func testExplainChargesNothing(t *testing.T, open Opener) {
+	s := open()
+	window := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 1}
+	l := newLimiter(t, s, window, budgetRule())
+	now := T0.Add(time.Minute)
+	req := limiter.Request{ID: "explain", Subject: limiter.Subject{UserPath: "/team/app"}, InputTokens: 100, OutputTokens: 100, Price: budgetPrice}
+	for range 3 {
+		ex, err := l.Explain(context.Background(), now, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ex.Decision.Allowed || len(ex.Rules) != 2 || ex.Rules[0].Used != 0 || ex.Rules[1].Amount != 3_000 {
+			t.Fatalf("explain: %+v", ex)
+		}
+	}
+	if d := admit(t, l, now, 100, 100, budgetPrice); !d.Allowed {
+		t.Fatal("explain charged the window")
+	}
+	ex, err := l.Explain(context.Background(), now, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One request in the window: the sliding estimate admits the next
+	// when the window after this one ends.
+	if ex.Decision.Allowed || !ex.Rules[0].WouldRefuse || ex.Decision.Refused.RetryAfter != 2*time.Minute {
+		t.Fatalf("explain after the limit: %+v", ex)
+	}
+	if u := usageOf(t, l, now); u.Used != 3_000 {
+		t.Fatalf("budget holds %d after explaining, want one request's 3000", u.Used)
+	}
+}
