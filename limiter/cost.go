@@ -1,8 +1,10 @@
 package limiter
 
 import (
+	"fmt"
 	"math/bits"
 	"strconv"
+	"strings"
 )
 
 // Money is counted in integer micro-dollars (µ$): a budget's counter, a
@@ -22,11 +24,15 @@ func (p Price) IsZero() bool { return p == Price{} }
 
 // Cost returns what usage costs at p in micro-dollars, rounded up and at
 // most MaxAmount: input and output at their prices, cached input at its
-// own.
+// own (taken out of InputTokens when it is counted there).
 func (p Price) Cost(u Usage) int64 {
+	in := clampAmount(u.InputTokens)
+	if u.CachedInInput {
+		in -= min(clampAmount(u.CachedInputTokens), in)
+	}
 	var hi, lo uint64
 	for _, t := range [...]struct{ n, price int64 }{
-		{u.InputTokens, p.Input},
+		{in, p.Input},
 		{u.OutputTokens, p.Output},
 		{u.CachedInputTokens, p.CachedInput},
 	} {
@@ -69,4 +75,40 @@ func FormatUSD(micros int64) string {
 		s = "-" + s
 	}
 	return s
+}
+
+// ParseUSD reads a decimal amount of dollars exactly, into micro-dollars:
+// "5", "0.01", "2.50", "0.000075". More than six decimals, a sign, an
+// exponent or an amount past MaxAmount micro-dollars is an error.
+func ParseUSD(s string) (int64, error) {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "$")
+	whole, frac, dot := strings.Cut(s, ".")
+	if whole == "" && (!dot || frac == "") {
+		return 0, fmt.Errorf("%q is not an amount of dollars", s)
+	}
+	if len(frac) > 6 {
+		return 0, fmt.Errorf("%q has more than six decimals (a micro-dollar is the smallest unit)", s)
+	}
+	for _, part := range []string{whole, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return 0, fmt.Errorf("%q is not an amount of dollars (digits and one '.')", s)
+			}
+		}
+	}
+	if len(strings.TrimLeft(whole, "0")) > 10 {
+		return 0, fmt.Errorf("%q is more than the largest amount, $%s", s, FormatUSD(MaxAmount))
+	}
+	var w, f int64
+	if whole != "" {
+		w, _ = strconv.ParseInt(whole, 10, 64)
+	}
+	if frac != "" {
+		f, _ = strconv.ParseInt((frac + "000000")[:6], 10, 64)
+	}
+	v := w*MicrosPerUSD + f
+	if v > MaxAmount {
+		return 0, fmt.Errorf("%q is more than the largest amount, $%s", s, FormatUSD(MaxAmount))
+	}
+	return v, nil
 }

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -73,7 +74,8 @@ func SubjectOf(rule Rule, child string) string {
 	case child == "":
 		return rule.Subject
 	case rule.Scope == ScopeTag:
-		return rule.Subject + "=" + child
+		name, _, _ := strings.Cut(rule.Subject, "=")
+		return name + "=" + child
 	case rule.Scope == ScopeKey:
 		return child
 	case rule.Subject == "/":

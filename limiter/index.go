@@ -97,10 +97,11 @@ func NewRules(rules []Rule) (*Rules, error) {
 				rs.bare[subject] = append(rs.bare[subject], c)
 			}
 		case ScopeTag:
-			if strings.Contains(subject, "=") {
+			name, value, isValue := strings.Cut(subject, "=")
+			if isValue && value != EachValue {
 				rs.tagValues[subject] = append(rs.tagValues[subject], c)
 			} else {
-				rs.tagNames[subject] = append(rs.tagNames[subject], c)
+				rs.tagNames[name] = append(rs.tagNames[name], c) // each and total
 			}
 		case ScopeKey:
 			if r.PerChild {

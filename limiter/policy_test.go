@@ -204,10 +204,11 @@ func tagged(path string, tags string) limiter.Request {
 // Tags: a value, each value its own counter, or one total counter for the
 // tag whatever its value; keys: each key its own, or one key.
 func TestTagAndKeyScopes(t *testing.T) {
-	each := limiter.Rule{Scope: limiter.ScopeTag, Subject: "feature", PerChild: true, Period: limiter.Minute, MaxRequests: 2}
+	each := limiter.Rule{Scope: limiter.ScopeTag, Subject: "feature=*", PerChild: true, Period: limiter.Minute, MaxRequests: 2}
 	total := limiter.Rule{Scope: limiter.ScopeTag, Subject: "env", Period: limiter.Minute, MaxRequests: 3}
 	value := limiter.Rule{Scope: limiter.ScopeTag, Subject: "env=prod", Period: limiter.Minute, MaxRequests: 1}
-	l := newLimiter(t, each, total)
+	eachTotal := limiter.Rule{Scope: limiter.ScopeTag, Subject: "feature", Period: limiter.Minute, MaxRequests: 100}
+	l := newLimiter(t, each, total, eachTotal)
 	for _, f := range []string{"search", "chat"} {
 		for i := range 3 {
 			d := admit(t, l, t0, tagged("/a", "feature="+f))
@@ -331,5 +332,66 @@ func TestBucketIntervalRoundsUp(t *testing.T) {
 	}
 	if got := (limiter.Bucket{RefillPerSecond: 0.5}).Interval(); got != 2*time.Second {
 		t.Fatalf("interval %s", got)
+	}
+}
+
+func TestParseUSD(t *testing.T) {
+	for in, want := range map[string]int64{"5": 5_000_000, "0.01": 10_000, "2.50": 2_500_000, "0.000075": 75, ".5": 500_000, "$12": 12_000_000, "0": 0, "1125899906.842624": limiter.MaxAmount} {
+		if got, err := limiter.ParseUSD(in); err != nil || got != want {
+			t.Errorf("ParseUSD(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", ".", "-1", "1e3", "0.0000001", "1,5", "abc", "1125899906.842625", "99999999999", "1.2.3", "+5"} {
+		if _, err := limiter.ParseUSD(bad); err == nil {
+			t.Errorf("ParseUSD(%q) accepted", bad)
+		}
+	}
+}
+
+// Bill charges spent usage to token windows, buckets and budgets exactly
+// once, past their limits, and leaves request windows alone.
+func TestBillExactlyOnce(t *testing.T) {
+	rules := []limiter.Rule{
+		userRule("/team", limiter.Day, 5, 1000),
+		{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: 1_000_000, Calendar: limiter.CalendarDay},
+		{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 1}},
+	}
+	l := newLimiter(t, rules...)
+	s := limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"}
+	used := limiter.Usage{InputTokens: 1500, OutputTokens: 500}
+	price := limiter.Price{Input: 1_000_000, Output: 2_000_000}
+	for i := range 3 {
+		applied, err := l.Bill(context.Background(), t0, "batch-1", s, used, price)
+		if err != nil || applied != (i == 0) {
+			t.Fatalf("bill %d: applied %v, %v", i, applied, err)
+		}
+	}
+	us, err := l.Usage(context.Background(), t0, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, u := range us {
+		for _, d := range u.Dimensions {
+			got[u.Rule.PeriodName()+" "+d.Kind.String()] = d.Used
+		}
+	}
+	// 2000 tokens past a 1000 limit; $0.0025 of the budget; the bucket of
+	// 100 is 2000 tokens in debt (full at 100, so it lacks all 100); the
+	// request window is untouched.
+	if got["day req"] != 0 || got["day tok"] != 2000 || got["day usd"] != 2500 || got["bucket tok"] != 100 {
+		t.Fatalf("after billing: %v", got)
+	}
+	if d := admit(t, l, t0, request("/team/app", "openai", "gpt-4o")); d.Allowed {
+		t.Fatal("a window a bill overfilled still admits")
+	}
+}
+
+func TestCostOfCachedInput(t *testing.T) {
+	p := limiter.Price{Input: 2_000_000, Output: 0, CachedInput: 1_000_000}
+	openai := limiter.Usage{InputTokens: 1000, CachedInputTokens: 400, CachedInInput: true}
+	anthropic := limiter.Usage{InputTokens: 600, CachedInputTokens: 400}
+	if a, b := p.Cost(openai), p.Cost(anthropic); a != 1600 || b != 1600 {
+		t.Fatalf("cached input counted in or apart: %d and %d, want 1600 both", a, b)
 	}
 }

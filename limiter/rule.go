@@ -22,17 +22,22 @@ const (
 	// a bare "gpt-4o" is that model on every provider.
 	ScopeModel
 	// ScopeTag limits the requests that carry a tag (X-Tollgate-Tags, or
-	// fixed on a managed key). The subject is "k=v" for one value, or the
-	// tag's name "k": with PerChild each value has its own counters (each),
-	// without it every request carrying the tag shares one (total).
+	// fixed on a managed key). The subject is "k=v" for one value; "k=*"
+	// with PerChild for each value its own counters (each); the tag's
+	// name "k" for one counter every request carrying it shares (total).
 	ScopeTag
 	// ScopeKey limits the requests of managed keys: the subject is one
 	// key's id, or "*" with PerChild for each key its own counters.
 	ScopeKey
 )
 
-// EachKey is the subject of a key rule that counts each key on its own.
-const EachKey = "*"
+// EachKey is the subject of a key rule that counts each key on its own,
+// and EachValue the value of a tag rule that counts each value on its own
+// ("feature=*").
+const (
+	EachKey   = "*"
+	EachValue = "*"
+)
 
 // String returns the scope's name as used in config and the admin API.
 func (s Scope) String() string {
@@ -197,10 +202,13 @@ type Rule struct {
 
 // Key identifies a rule: scope, subject (case folded) and period. Editing
 // any of those moves the rule to a new key; editing only limits keeps it.
-// A bucket's period is "b", a budget's "$" and its calendar period, so
-// neither shares a key with a window rule on the same subject.
+// A bucket's period is "b" ("bt" counting tokens), a budget's "$" and its
+// calendar period, so neither shares a key with a window rule on the same
+// subject.
 func (r Rule) Key() RuleKey {
 	switch {
+	case r.Bucket != nil && r.Bucket.Tokens:
+		return RuleKey(r.Scope.String() + ":" + strings.ToLower(r.Subject) + ":bt")
 	case r.Bucket != nil:
 		return RuleKey(r.Scope.String() + ":" + strings.ToLower(r.Subject) + ":b")
 	case r.IsBudget():
@@ -284,13 +292,20 @@ func (r Rule) Problems() []error {
 		if err := checkTagPart("tag", name); err != nil {
 			errs = append(errs, err)
 		}
-		if isValue {
+		switch {
+		case value == EachValue:
+			if !r.PerChild {
+				errs = append(errs, fmt.Errorf("value: %q counts each value of %s apart; set per_child", r.Subject, name))
+			}
+		case isValue:
 			if err := checkTagPart("value", value); err != nil {
 				errs = append(errs, err)
 			}
 			if r.PerChild {
 				errs = append(errs, errors.New("value: a rule on one tag value cannot also count each value"))
 			}
+		case r.PerChild:
+			errs = append(errs, fmt.Errorf("value: count each value of %s with the subject %s=*", name, name))
 		}
 	case ScopeKey:
 		switch {

@@ -229,8 +229,11 @@ type Usage struct {
 	InputTokens  int64
 	OutputTokens int64
 	// CachedInputTokens are input tokens served from a provider's prompt
-	// cache, recorded apart; they are not part of InputTokens.
+	// cache. CachedInInput says InputTokens includes them (OpenAI and
+	// Gemini count them towards their limits); otherwise they are apart
+	// (Anthropic). Either way a budget charges them at the cached price.
 	CachedInputTokens int64
+	CachedInInput     bool
 	// Exact is false when the count may be short: the stream broke, the
 	// provider reported nothing, the process died. Such a count never
 	// refunds a reservation.
@@ -326,6 +329,7 @@ func Corrections(s Settlement) []int64 {
 		InputTokens:       clampAmount(s.Used.InputTokens),
 		OutputTokens:      clampAmount(s.Used.OutputTokens),
 		CachedInputTokens: clampAmount(s.Used.CachedInputTokens),
+		CachedInInput:     s.Used.CachedInInput,
 		Exact:             s.Used.Exact,
 	}
 	done := make([]bool, len(s.Lease.Charges))

@@ -78,7 +78,11 @@ type Request struct {
 type Usage struct {
 	InputTokens       int64
 	OutputTokens      int64
-	CachedInputTokens int64 // prompt-cache reads, not part of InputTokens
+	CachedInputTokens int64 // prompt-cache reads
+	// CachedInInput says InputTokens counts the cache reads too (OpenAI,
+	// Gemini), as the provider counts them towards its limits; Anthropic
+	// counts them apart.
+	CachedInInput bool
 	// Reported is false when the upstream gave no usage (or the stream broke
 	// before it): the counts are then at most what was seen.
 	Reported bool
@@ -91,6 +95,24 @@ type Result struct {
 	// Limits are the upstream's rate-limit headers, parsed (zero when it
 	// sent none).
 	Limits UpstreamLimits
+	// BatchID is the id of a batch the upstream accepted (OpBatches).
+	BatchID string
+}
+
+// BatchPoller is a provider whose batches the reconciler can follow to
+// their end, to charge what they used.
+type BatchPoller interface {
+	PollBatch(ctx context.Context, id string) (BatchOutcome, error)
+}
+
+// BatchOutcome is what a poll found.
+type BatchOutcome struct {
+	// Done is set once the batch ended (completed, failed, expired or
+	// cancelled): its usage is final.
+	Done   bool
+	Status string
+	// Usage is what its requests used, by the model that served them.
+	Usage map[string]Usage
 }
 
 // UpstreamLimits is a provider's view of its own limits, read from its

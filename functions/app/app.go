@@ -120,6 +120,7 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 		a.ConfigStore = configstore.NewMemory()
 	}
 	a.Watcher = configstore.NewWatcher(a.ConfigStore, rules, a.Limiter, 0, log)
+	a.Watcher.AlignBudgets(cfg.BudgetLocation)
 	if cfg.RateLimitsEnabled {
 		if err := a.Watcher.Load(ctx); err != nil {
 			log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
@@ -186,6 +187,7 @@ func (a *App) BuildGateway() error {
 		Limiter:            a.Limiter,
 		Catalog:            catalog,
 		Estimator:          tokens.Tiktoken{},
+		Prices:             a.Config.PriceTable(),
 		MasterKey:          s.MasterKey,
 		DefaultMaxTokens:   a.Config.Gateway.DefaultMaxTokens,
 		MaxOutputTokens:    a.Config.Gateway.MaxOutputTokens,
@@ -213,6 +215,9 @@ func (a *App) BuildGateway() error {
 	if s.MasterKey != "" {
 		pc.Keys = keyResolver{cache: configstore.NewKeyCache(a.ConfigStore, 0), now: a.Clock}
 	}
+	if bs, ok := a.ConfigStore.(batchStore); ok {
+		pc.Batches = batchRecorder{store: bs}
+	}
 	a.Gateway, err = proxy.New(pc)
 	return err
 }
@@ -234,6 +239,7 @@ func (a *App) BuildAdmin() error {
 		Limiter:     a.Limiter,
 		Watcher:     a.Watcher,
 		MasterKey:   s.MasterKey,
+		Prices:      a.Config.PriceTable(),
 		DevMode:     s.MasterKey == "",
 		Logger:      a.Log,
 		Now:         a.Clock,
@@ -256,12 +262,12 @@ type keyResolver struct {
 	now   func() time.Time
 }
 
-func (k keyResolver) UserPath(ctx context.Context, secret string) (string, error) {
+func (k keyResolver) Lookup(ctx context.Context, secret string) (proxy.KeyInfo, error) {
 	key, err := k.cache.Lookup(ctx, secret, k.now())
 	if errors.Is(err, configstore.ErrNotFound) {
-		return "", proxy.ErrUnknownKey
+		return proxy.KeyInfo{}, proxy.ErrUnknownKey
 	}
-	return key.UserPath, err
+	return proxy.KeyInfo{ID: key.ID, UserPath: key.UserPath, Tags: key.Tags}, err
 }
 
 // Close releases what the app holds.

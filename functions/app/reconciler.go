@@ -64,6 +64,18 @@ func (a *App) RunReconcilerLoop(ctx context.Context) {
 		}
 		run, cancel := context.WithTimeout(ctx, every)
 		_, _ = rc.Run(run) // it logs what it did
+		a.ChargeBatches(run)
 		cancel()
 	}
+}
+
+// chargeBatches charges the batches that ended, logging what failed: the
+// next run tries again.
+func (a *App) ChargeBatches(ctx context.Context) BatchReport {
+	a.Watcher.Refresh(ctx, a.Clock())
+	rep, err := a.ChargeEndedBatches(ctx)
+	if err != nil {
+		a.Log.Error("charging ended batches", "err", err, "pending", rep.Pending, "charged", rep.Charged)
+	}
+	return rep
 }

@@ -41,6 +41,14 @@ type Config struct {
 	// Providers are the provider instances; Aliases the virtual models.
 	Providers []ProviderSpec
 	Aliases   []AliasSpec
+
+	// Prices are the configured model prices ("model" or
+	// "provider/model"); DefaultPrice is prices.default, if given.
+	Prices       map[string]limiter.Price
+	DefaultPrice *limiter.Price
+	// BudgetLocation is the zone budgets' calendar periods are aligned in
+	// (budget_timezone, TOLLGATE_BUDGET_TIMEZONE; nil: UTC).
+	BudgetLocation *time.Location
 }
 
 // StoreOptions tune the DynamoDB store (the file's store section).
@@ -139,8 +147,11 @@ func Load(env Env) (*Config, error) {
 
 	envRules, err := rulesFromEnv(env)
 	errs = append(errs, err)
+	envBudgets, err := budgetsFromEnv(env)
+	errs = append(errs, err, cfg.budgetLocationFromEnv(env))
 	errs = append(errs, cfg.finishProviders(env))
 	cfg.Rules = append(cfg.Rules, envRules...)
+	cfg.Rules = WithBudgetLocation(append(cfg.Rules, envBudgets...), cfg.BudgetLocation)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -153,11 +164,14 @@ func Load(env Env) (*Config, error) {
 
 // file is the YAML document.
 type file struct {
-	RateLimits *rateLimits    `yaml:"rate_limits"`
-	Gateway    *gatewaySpec   `yaml:"gateway"`
-	Store      *storeSpec     `yaml:"store"`
-	Providers  []providerYAML `yaml:"providers"`
-	Models     []aliasYAML    `yaml:"models"`
+	RateLimits     *rateLimits          `yaml:"rate_limits"`
+	Budgets        *budgetsSpec         `yaml:"budgets"`
+	BudgetTimezone string               `yaml:"budget_timezone"`
+	Prices         map[string]priceSpec `yaml:"prices"`
+	Gateway        *gatewaySpec         `yaml:"gateway"`
+	Store          *storeSpec           `yaml:"store"`
+	Providers      []providerYAML       `yaml:"providers"`
+	Models         []aliasYAML          `yaml:"models"`
 }
 
 type storeSpec struct {
@@ -171,6 +185,8 @@ type rateLimits struct {
 	UserPaths []userPathSpec `yaml:"user_paths"`
 	Providers []providerSpec `yaml:"providers"`
 	Models    []modelSpec    `yaml:"models"`
+	Tags      []tagRuleSpec  `yaml:"tags"`
+	Keys      []keyRuleSpec  `yaml:"keys"`
 }
 
 type userPathSpec struct {
@@ -203,6 +219,16 @@ type limitSpec struct {
 	MaxInputTokens  int64  `yaml:"max_input_tokens" json:"max_input_tokens"`
 	MaxOutputTokens int64  `yaml:"max_output_tokens" json:"max_output_tokens"`
 	Shards          int    `yaml:"shards" json:"shards"`
+	// Window is sliding (default) or fixed.
+	Window string `yaml:"window" json:"window"`
+	// Capacity and RefillPerSecond make a token bucket instead of a
+	// window, of requests or (Unit tokens) tokens.
+	Capacity        int64   `yaml:"capacity" json:"capacity"`
+	RefillPerSecond float64 `yaml:"refill_per_second" json:"refill_per_second"`
+	Unit            string  `yaml:"unit" json:"unit"`
+	Priority        int     `yaml:"priority" json:"priority"`
+	Always          bool    `yaml:"always" json:"always"`
+	Shadow          bool    `yaml:"shadow" json:"shadow"`
 	// PerChild is accepted in the JSON form only, where there is no
 	// enclosing path entry to carry it.
 	PerChild bool `yaml:"-" json:"per_child"`
@@ -353,6 +379,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			cfg.Gateway.LeaseTTL = d
 		}
 	}
+	errs = append(errs, cfg.loadPolicy(&f, at))
 	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at))
 	if st := f.Store; st != nil {
 		if st.RejectCache != "" {
@@ -388,9 +415,33 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 		MaxOutputTokens: l.MaxOutputTokens,
 		PerChild:        l.PerChild,
 		Shards:          l.Shards,
+		Priority:        l.Priority,
+		Always:          l.Always,
+		Shadow:          l.Shadow,
 		Source:          limiter.SourceConfig,
 	}
 	var errs []error
+	if l.Capacity != 0 || l.RefillPerSecond != 0 || l.Unit != "" {
+		b := &limiter.Bucket{Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond}
+		switch l.Unit {
+		case "", "requests":
+		case "tokens":
+			b.Tokens = true
+		default:
+			errs = append(errs, fmt.Errorf("unit: %q is neither requests nor tokens", l.Unit))
+		}
+		if l.Period != "" || l.PeriodSeconds != 0 {
+			errs = append(errs, errors.New("period: a bucket (capacity, refill_per_second) has no period"))
+		}
+		if l.Window != "" {
+			errs = append(errs, errors.New("window: a bucket has no window"))
+		}
+		r.Bucket = b
+		return r, errors.Join(append(errs, r.Validate())...)
+	}
+	w, err := limiter.ParseWindow(l.Window)
+	errs = append(errs, err)
+	r.Window = w
 	switch {
 	case l.Period != "" && l.PeriodSeconds != 0:
 		errs = append(errs, errors.New("period and period_seconds are both set; use one"))
@@ -406,7 +457,10 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 		errs = append(errs, errors.New("period: missing (want minute, hour, day, concurrent or period_seconds)"))
 	}
 	if l.MaxRequests == 0 && l.MaxTokens == 0 && l.MaxInputTokens == 0 && l.MaxOutputTokens == 0 {
-		errs = append(errs, errors.New("no limit set (max_requests, max_tokens, max_input_tokens or max_output_tokens)"))
+		errs = append(errs, errors.New("no limit set (max_requests, max_tokens, max_input_tokens or max_output_tokens; or capacity and refill_per_second)"))
+	}
+	if w == limiter.WindowFixed && r.Period == limiter.Concurrent && l.Period != "" {
+		errs = append(errs, errors.New("window: a concurrent rule has no window"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return r, err

@@ -263,3 +263,78 @@ func TestEmptyConfigVariableMeansNoFile(t *testing.T) {
 		t.Fatalf("TOLLGATE_CONFIG= must mean no file: %v %q", err, cfg.File)
 	}
 }
+
+func TestPolicyFile(t *testing.T) {
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/policy.yaml", "SET_BUDGET_TEAM__ALPHA": "usd=2.50/day, usd=40/month"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[limiter.RuleKey]limiter.Rule{}
+	for _, r := range cfg.Rules {
+		byKey[r.Key()] = r
+	}
+	for key, check := range map[limiter.RuleKey]func(r limiter.Rule) bool{
+		"user_path:/vip:60":   func(r limiter.Rule) bool { return r.Priority == 1 && r.MaxRequests == 100 },
+		"user_path:/vip:3600": func(r limiter.Rule) bool { return r.Always && r.Window == limiter.WindowFixed },
+		"user_path:/vip:b": func(r limiter.Rule) bool {
+			return r.Bucket != nil && r.Bucket.Capacity == 50 && r.Bucket.RefillPerSecond == 2.5
+		},
+		"tag:feature=*:60":                func(r limiter.Rule) bool { return r.PerChild && r.MaxRequests == 20 },
+		"tag:env:60":                      func(r limiter.Rule) bool { return !r.PerChild && r.MaxRequests == 200 },
+		"tag:env=prod:60":                 func(r limiter.Rule) bool { return r.MaxTokens == 90000 },
+		"key:*:60":                        func(r limiter.Rule) bool { return r.PerChild },
+		"key:key_0123456789abcdef:c":      func(r limiter.Rule) bool { return r.MaxRequests == 2 },
+		"user_path:/team:$day":            func(r limiter.Rule) bool { return r.MaxCost == 5_000_000 && r.Location.String() == "Europe/Berlin" },
+		"user_path:/customers:$month":     func(r limiter.Rule) bool { return r.PerChild && r.MaxCost == 100_000 },
+		"provider:openai:$week":           func(r limiter.Rule) bool { return r.Shadow && r.MaxCost == 1_000_000_000 },
+		"model:gpt-4o:$hour":              func(r limiter.Rule) bool { return r.MaxCost == 250_500_000 },
+		"key:*:$month":                    func(r limiter.Rule) bool { return r.PerChild && r.MaxCost == 20_000_000 },
+		"tag:feature=*:$day":              func(r limiter.Rule) bool { return r.PerChild && r.MaxCost == 3_000_000 },
+		"user_path:/team/alpha:$day":      func(r limiter.Rule) bool { return r.MaxCost == 2_500_000 && r.Location.String() == "Europe/Berlin" },
+		"user_path:/team/alpha:$month":    func(r limiter.Rule) bool { return r.MaxCost == 40_000_000 },
+		limiter.RuleKey("user_path:/:60"): func(r limiter.Rule) bool { return r.MaxRequests == 10 },
+	} {
+		r, ok := byKey[key]
+		if !ok || !check(r) {
+			t.Errorf("rule %s: %+v (found %v)", key, r, ok)
+		}
+	}
+	if cfg.DefaultPrice == nil || *cfg.DefaultPrice != (limiter.Price{Input: 5_000_000, Output: 15_000_000, CachedInput: 5_000_000}) {
+		t.Errorf("default price %+v", cfg.DefaultPrice)
+	}
+	if p := cfg.Prices["my-llama"]; p != (limiter.Price{Input: 200_000, Output: 600_000, CachedInput: 50_000}) {
+		t.Errorf("my-llama %+v", p)
+	}
+	if p, _ := cfg.PriceTable().Lookup("openai-eu", "gpt-4o"); p.Input != 2_750_000 {
+		t.Errorf("openai-eu/gpt-4o %+v", p)
+	}
+}
+
+// Every problem of every policy section is reported at once, each at its
+// line.
+func TestBadPolicyFile(t *testing.T) {
+	_, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/bad_policy.yaml", "SET_BUDGET_X": "usd=5", "TOLLGATE_BUDGET_TIMEZONE": "Nowhere/Else"})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		`testdata/bad_policy.yaml:1: budget_timezone: unknown time zone "Mars/Olympus"`,
+		`prices.gpt-x: input: "-1" is not an amount of dollars`,
+		`prices.gpt-x: output: "abc" is not an amount of dollars`,
+		`prices.half: output: missing`,
+		`rate_limits.user_paths[0].limits[0]: refill_per_second`,
+		`rate_limits.user_paths[0].limits[0]: period: a bucket`,
+		`rate_limits.user_paths[0].limits[1]: unknown window "tumbling"`,
+		`rate_limits.tags[0]: value: missing`,
+		`budgets.user_paths[0]: amount_usd: "0.0000001" has more than six decimals`,
+		`budgets.user_paths[1]: unknown budget period "fortnight"`,
+		`budgets.user_paths[2]: path is missing`,
+		`budgets.models[0]: amount_usd: missing`,
+		`SET_BUDGET_X: "usd=5": want usd=<amount>/<hour|day|week|month>`,
+		`TOLLGATE_BUDGET_TIMEZONE: unknown time zone "Nowhere/Else"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}

@@ -19,6 +19,9 @@ type RunResult struct {
 	Swept       int  `json:"expired_swept"`
 	Released    int  `json:"removed_released"`
 	Stopped     bool `json:"stopped_for_budget"`
+	// Batches pending, and charged this run.
+	BatchesPending int `json:"batches_pending"`
+	BatchesCharged int `json:"batches_charged"`
 }
 
 // handler serves both wirings of the function. A scheduled event
@@ -58,6 +61,10 @@ func handler(a *app.App) func(context.Context, json.RawMessage) (any, error) {
 		res := RunResult{
 			RecordsRead: rep.Read, Settled: rep.Settled, Duplicates: rep.Duplicates,
 			Swept: rep.Swept, Released: rep.Released, Stopped: rep.Stopped,
+		}
+		if !rep.Stopped {
+			br := a.ChargeBatches(ctx)
+			res.BatchesPending, res.BatchesCharged = br.Pending, br.Charged
 		}
 		return res, err
 	}

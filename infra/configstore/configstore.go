@@ -41,11 +41,14 @@ type Snapshot struct {
 // Key is a managed API key. Only its hash is stored; the secret is shown
 // once, when it is created.
 type Key struct {
-	ID        string // public, for listing and revoking
-	Hash      string // hex SHA-256 of the secret
-	Prefix    string // the secret's first characters, for telling keys apart
-	Name      string
-	UserPath  string
+	ID       string // public, for listing and revoking
+	Hash     string // hex SHA-256 of the secret
+	Prefix   string // the secret's first characters, for telling keys apart
+	Name     string
+	UserPath string
+	// Tags are fixed on the key: its requests carry them whatever they
+	// send in X-Tollgate-Tags.
+	Tags      []limiter.Tag
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: never
 	Revoked   bool

@@ -2,6 +2,7 @@ package configstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ type API interface {
 	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 // Dynamo keeps the admin's state in the config table: items ("rule", key),
@@ -87,6 +89,27 @@ func ruleItem(r Rule) map[string]types.AttributeValue {
 	item["max_output_tokens"] = nv(r.MaxOutputTokens)
 	item["per_child"] = bv(r.PerChild)
 	item["shards"] = nv(int64(r.Shards))
+	if r.Window != limiter.WindowSliding {
+		item["window"] = sv(r.Window.String())
+	}
+	if b := r.Bucket; b != nil {
+		item["capacity"] = nv(b.Capacity)
+		item["refill_per_second"] = &types.AttributeValueMemberN{Value: strconv.FormatFloat(b.RefillPerSecond, 'g', -1, 64)}
+		item["bucket_tokens"] = bv(b.Tokens)
+	}
+	if r.IsBudget() {
+		item["max_cost"] = nv(r.MaxCost)
+		item["calendar"] = sv(r.Calendar.String())
+	}
+	if r.Priority != 0 {
+		item["priority"] = nv(int64(r.Priority))
+	}
+	if r.Always {
+		item["always"] = bv(true)
+	}
+	if r.Shadow {
+		item["shadow"] = bv(true)
+	}
 	item["version"] = nv(r.Version)
 	item["created_at"] = nv(r.CreatedAt.UnixMilli())
 	item["updated_at"] = nv(r.UpdatedAt.UnixMilli())
@@ -98,7 +121,7 @@ func decodeRule(item map[string]types.AttributeValue) (Rule, error) {
 	if err != nil {
 		return Rule{}, err
 	}
-	return Rule{
+	r := Rule{
 		Rule: limiter.Rule{
 			Scope:           scope,
 			Subject:         getS(item, "subject"),
@@ -114,7 +137,31 @@ func decodeRule(item map[string]types.AttributeValue) (Rule, error) {
 		Version:   getN(item, "version"),
 		CreatedAt: time.UnixMilli(getN(item, "created_at")).UTC(),
 		UpdatedAt: time.UnixMilli(getN(item, "updated_at")).UTC(),
-	}, nil
+	}
+	var errs []error
+	if w := getS(item, "window"); w != "" {
+		r.Window, err = limiter.ParseWindow(w)
+		errs = append(errs, err)
+	}
+	if _, ok := item["capacity"]; ok {
+		b := &limiter.Bucket{Capacity: getN(item, "capacity"), Tokens: getB(item, "bucket_tokens")}
+		if v, ok := item["refill_per_second"].(*types.AttributeValueMemberN); ok {
+			b.RefillPerSecond, err = strconv.ParseFloat(v.Value, 64)
+			errs = append(errs, err)
+		}
+		r.Bucket = b
+	}
+	if c := getS(item, "calendar"); c != "" {
+		r.MaxCost = getN(item, "max_cost")
+		r.Calendar, err = limiter.ParseCalendar(c)
+		errs = append(errs, err)
+	}
+	r.Priority = int(getN(item, "priority"))
+	r.Always, r.Shadow = getB(item, "always"), getB(item, "shadow")
+	if err := errors.Join(errs...); err != nil {
+		return Rule{}, fmt.Errorf("rule %s: %w", getS(item, "sk"), err)
+	}
+	return r, nil
 }
 
 func (d *Dynamo) query(ctx context.Context, pk string) ([]map[string]types.AttributeValue, error) {
@@ -373,6 +420,9 @@ func keyItem(k Key) map[string]types.AttributeValue {
 	item["user_path"] = sv(k.UserPath)
 	item["created_at"] = nv(k.CreatedAt.UnixMilli())
 	item["revoked"] = bv(k.Revoked)
+	if len(k.Tags) > 0 {
+		item["tags"] = sv(limiter.FormatTags(k.Tags))
+	}
 	if !k.ExpiresAt.IsZero() {
 		item["expires_at"] = nv(k.ExpiresAt.UnixMilli())
 	}
@@ -387,6 +437,7 @@ func decodeKey(item map[string]types.AttributeValue) Key {
 	if ms := getN(item, "expires_at"); ms > 0 {
 		k.ExpiresAt = time.UnixMilli(ms).UTC()
 	}
+	k.Tags, _ = limiter.ParseTags(getS(item, "tags")) // written valid by PutKey
 	return k
 }
 

@@ -17,6 +17,7 @@ type Memory struct {
 	gens    map[limiter.RuleKey]string
 	layouts map[limiter.RuleKey]Layout
 	keys    map[string]Key // by hash
+	batches map[string]Batch
 	version int64
 	now     func() time.Time
 }

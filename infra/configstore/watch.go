@@ -49,7 +49,13 @@ type Watcher struct {
 	started time.Time
 	now     func() time.Time
 	record  atomic.Bool
+	// budgetZone aligns the admin API's budgets, as the config's are.
+	budgetZone atomic.Pointer[time.Location]
 }
+
+// AlignBudgets sets the zone the admin API's budgets' periods are aligned
+// in (nil: UTC).
+func (w *Watcher) AlignBudgets(loc *time.Location) { w.budgetZone.Store(loc) }
 
 // DefaultInterval is how stale a gateway's rules may be.
 const DefaultInterval = 2 * time.Second
@@ -110,7 +116,13 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	rs, err := limiter.NewRules(w.layouts(ctx, Merge(w.config, snap), snap, now))
+	merged := Merge(w.config, snap)
+	for i := range merged {
+		if merged[i].IsBudget() && merged[i].Source == limiter.SourceManual {
+			merged[i].Location = w.budgetZone.Load()
+		}
+	}
+	rs, err := limiter.NewRules(w.layouts(ctx, merged, snap, now))
 	if err != nil {
 		return err
 	}

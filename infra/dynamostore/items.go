@@ -127,10 +127,11 @@ const (
 	attrUsedCached  = "used_cached"
 	attrExact       = "exact"
 	attrFinishedAt  = "finished_at"
-	attrAdmitted    = "adm"   // Unix milliseconds of the admission
-	attrReleased    = "rel"   // the lease's slots were given back when it ended
-	attrLate        = "late"  // completed after it had expired
-	attrPrice       = "price" // "input output cached" µ$ per million tokens, for budgets
+	attrAdmitted    = "adm"            // Unix milliseconds of the admission
+	attrReleased    = "rel"            // the lease's slots were given back when it ended
+	attrLate        = "late"           // completed after it had expired
+	attrPrice       = "price"          // "input output cached" µ$ per million tokens, for budgets
+	attrCachedIn    = "used_cached_in" // the cached tokens are counted in used_in
 )
 
 // leaseItem encodes an active lease. active names its partition of the
@@ -224,6 +225,7 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 		InputTokens:       num(attrUsedIn),
 		OutputTokens:      num(attrUsedOut),
 		CachedInputTokens: num(attrUsedCached),
+		CachedInInput:     boolean(item, attrCachedIn),
 		Exact:             boolean(item, attrExact),
 	}
 	if r.Lease.ID == "" {
@@ -236,6 +238,9 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 			if err != nil {
 				errs = append(errs, err)
 				continue
+			}
+			if c.Shape == limiter.ShapeBucket {
+				c.Floor = r.Lease.AdmittedAt.UnixNano() // an overshoot's floor
 			}
 			r.Lease.Charges = append(r.Lease.Charges, c)
 		}

@@ -159,7 +159,8 @@ func (s *Store) finishLease(ctx context.Context, now time.Time, id, status, from
 		":from": sv(from),
 	}
 	if used != nil {
-		set = append(set, attrUsedIn+" = :ui", attrUsedOut+" = :uo", attrUsedCached+" = :uc", attrExact+" = :ex")
+		set = append(set, attrUsedIn+" = :ui", attrUsedOut+" = :uo", attrUsedCached+" = :uc", attrExact+" = :ex", attrCachedIn+" = :ci")
+		values[":ci"] = b(used.CachedInInput)
 		values[":ui"] = n(used.InputTokens)
 		values[":uo"] = n(used.OutputTokens)
 		values[":uc"] = n(used.CachedInputTokens)

@@ -40,6 +40,9 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 	var errs []error
 	applied := 0
 	floors := map[string]bool{} // counters a refund must not take below zero
+	// sides guesses, for a bucket an overshoot lands on, whether it is
+	// full (its arrival time before the overshoot's floor) or refilling.
+	sides := map[string]bool{}
 	for attempt := 0; len(todo) > 0 && attempt < 4; attempt++ {
 		var err error
 		if todo, err = s.unsettled(ctx, todo); err != nil {
@@ -47,7 +50,7 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 		}
 		var retry []settlement
 		for _, chunk := range chunkSettlements(todo) {
-			items, counters := s.settleItems(chunk, floors)
+			items, counters := s.settleItems(chunk, floors, sides)
 			err := s.transact(ctx, items)
 			switch {
 			case err == nil:
@@ -61,6 +64,10 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 				// construction, unless the counter was changed by hand):
 				// settle the chunk without refunding those counters.
 				for _, k := range failedCounters(err, len(chunk), counters) {
+					if full, bucket := sides[k]; bucket {
+						sides[k] = !full // the other side of the bucket's max
+						continue
+					}
 					s.log.Error("a settlement refund would take a counter below zero; refunding it to zero only", "counter", k)
 					floors[k] = true
 				}
@@ -135,8 +142,11 @@ func chunkSettlements(todo []settlement) [][]settlement {
 // settleItems builds one transaction: a marker per lease and one summed
 // ADD per counter, the counter keys of which it returns in their order
 // after the markers. A refund is conditioned on leaving the counter at or
-// above zero; for counters in floors, refunds are skipped.
-func (s *Store) settleItems(chunk []settlement, floors map[string]bool) ([]types.TransactWriteItem, []string) {
+// above zero; for counters in floors, refunds are skipped. An overshoot on
+// a token bucket moves it to max(value, floor) + overshoot, floor being
+// the latest admission among the leases: one of two conditional updates,
+// as in addBucket, the side guessed in sides.
+func (s *Store) settleItems(chunk []settlement, floors, sides map[string]bool) ([]types.TransactWriteItem, []string) {
 	var items []types.TransactWriteItem
 	sums := map[string]int64{}
 	releases := map[string]int64{}
@@ -164,6 +174,9 @@ func (s *Store) settleItems(chunk []settlement, floors map[string]bool) ([]types
 			}
 			sums[k] = limiter.SatAdd(sums[k], t.corrections[i])
 			releases[k] = limiter.SatAdd(releases[k], t.released[i])
+			if c.Shape == limiter.ShapeBucket && c.Floor > charge[k].Floor {
+				charge[k] = c
+			}
 		}
 	}
 	var counters []string
@@ -189,11 +202,28 @@ func (s *Store) settleItems(chunk []settlement, floors map[string]bool) ([]types
 			u.ExpressionAttributeNames["#r"] = attrReserved
 			u.ExpressionAttributeValues[":rel"] = n(-rel)
 		}
-		if d < 0 {
+		switch {
+		case d < 0:
 			// An overshoot is charged even past the limit; a refund never
 			// takes the counter below zero.
 			u.ConditionExpression = aws.String("#n >= :r")
 			u.ExpressionAttributeValues[":r"] = n(-d)
+		case d > 0 && c.Shape == limiter.ShapeBucket:
+			full, guessed := sides[k]
+			if !guessed {
+				v, seen := s.buckets.Get(k)
+				full = !seen || v < c.Floor
+				sides[k] = full
+			}
+			u.ExpressionAttributeValues[":f"] = n(c.Floor)
+			if full {
+				u.UpdateExpression = aws.String("SET #n = :v, #t = if_not_exists(#t, :t)")
+				u.ConditionExpression = aws.String("attribute_not_exists(#n) OR #n < :f")
+				u.ExpressionAttributeValues[":v"] = n(limiter.SatAdd(c.Floor, d))
+				delete(u.ExpressionAttributeValues, ":d")
+			} else {
+				u.ConditionExpression = aws.String("#n >= :f")
+			}
 		}
 		items = append(items, types.TransactWriteItem{Update: u})
 		counters = append(counters, k)

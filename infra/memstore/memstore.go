@@ -171,6 +171,12 @@ func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int
 		released := limiter.Released(st)
 		for i, d := range limiter.Corrections(st) {
 			c := &st.Lease.Charges[i]
+			if d > 0 && c.Shape == limiter.ShapeBucket {
+				// An overshoot on a bucket: max(value, floor) + overshoot.
+				if cur := s.counters[c.Counter].n; cur < c.Floor {
+					s.add(c, c.Floor-cur)
+				}
+			}
 			if d != 0 {
 				s.add(c, d)
 			}

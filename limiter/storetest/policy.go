@@ -313,3 +313,49 @@ func testExplainChargesNothing(t *testing.T, open Opener) {
 		t.Fatalf("budget holds %d after explaining, want one request's 3000", u.Used)
 	}
 }
+
+// Bill charges spent usage exactly once, on either side of a bucket's
+// max(value, now): a bucket that was full takes the debt from now, one
+// that was refilling from where it was.
+func testBillExactlyOnce(t *testing.T, open Opener) {
+	rules := []limiter.Rule{
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Hour, MaxTokens: 1000},
+		budgetRule(),
+		{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}},
+	}
+	now := T0.Add(5 * time.Hour)
+	s := limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"}
+	used := limiter.Usage{InputTokens: 30, OutputTokens: 20} // 50 tokens: 5 s of refill
+	for i := range 3 {
+		l := newLimiter(t, open(), rules...) // another client each time
+		applied, err := l.Bill(context.Background(), now, "batch-full", s, used, budgetPrice)
+		if err != nil || applied != (i == 0) {
+			t.Fatalf("bill %d: applied %v, %v", i, applied, err)
+		}
+	}
+	l := newLimiter(t, open(), rules...)
+	// The bucket was full: 50 tokens are owed from now, 50 are left.
+	if d := admit(t, l, now, 25, 25, budgetPrice); !d.Allowed {
+		t.Fatalf("the bucket lacks more than the bill: %s", d.Refused.Message())
+	}
+	if d := admit(t, l, now, 1, 0, budgetPrice); d.Allowed || d.Refused.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("after the bill and 50 tokens: %+v", d.Refused)
+	}
+	// Refilling now (10 s owed): a second bill adds to where it is.
+	if applied, err := l.Bill(context.Background(), now, "batch-refilling", s, used, budgetPrice); err != nil || !applied {
+		t.Fatalf("second bill: %v %v", applied, err)
+	}
+	// 15 s owed now, of a 10 s bucket: a token fits once 9.9 s are owed.
+	if d := admit(t, l, now.Add(5*time.Second), 1, 0, budgetPrice); d.Allowed || d.Refused.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("the second bill did not land on the refilling bucket: %+v", d.Refused)
+	}
+	if d := admit(t, l, now.Add(5100*time.Millisecond), 1, 0, budgetPrice); !d.Allowed {
+		t.Fatalf("5.1 s after: %s", d.Refused.Message())
+	}
+	u := usageOf(t, l, now)
+	// Two bills of 30 in + 20 out at $10/$20 per million: 700 µ$ each,
+	// beside the reservations of the requests admitted (25+25 and 1+0).
+	if u.Used != 2*700+750+10 || u.Reserved != 750+10 {
+		t.Fatalf("budget used %d reserved %d", u.Used, u.Reserved)
+	}
+}

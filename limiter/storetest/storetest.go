@@ -56,6 +56,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"FixedWindow", testFixedWindow},
 		{"ShadowNeverRefuses", testShadowNeverRefuses},
 		{"ExplainChargesNothing", testExplainChargesNothing},
+		{"BillExactlyOnce", testBillExactlyOnce},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

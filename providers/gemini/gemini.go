@@ -106,6 +106,7 @@ func (u *usageMetadata) toUsage() providers.Usage {
 		InputTokens:       u.PromptTokenCount,
 		OutputTokens:      u.CandidatesTokenCount + u.ThoughtsTokenCount,
 		CachedInputTokens: u.CachedContentTokenCount,
+		CachedInInput:     true, // promptTokenCount includes the cached content
 		Reported:          true,
 	}
 }

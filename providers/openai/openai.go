@@ -238,7 +238,13 @@ func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.
 			return true
 		})
 	}
-	res.Usage, res.Usage.Reported = chatUsage(providers.Pass(w, resp))
+	answer := providers.Pass(w, resp)
+	res.Usage, res.Usage.Reported = chatUsage(answer)
+	if r.Op == providers.OpBatches && res.Status/100 == 2 {
+		if id, ok := jsonx.Member(answer, "id"); ok {
+			_ = json.Unmarshal(id, &res.BatchID)
+		}
+	}
 	return res, nil
 }
 

@@ -31,6 +31,7 @@ func (u *usage) toUsage() providers.Usage {
 		InputTokens:       u.PromptTokens + u.InputTokens,
 		OutputTokens:      u.CompletionTokens + u.OutputTokens,
 		CachedInputTokens: u.PromptTokensDetails.CachedTokens + u.InputTokensDetails.CachedTokens,
+		CachedInInput:     true,
 		Reported:          true,
 	}
 }

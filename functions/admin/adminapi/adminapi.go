@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers/pricing"
 )
 
 // Store is what the admin API reads and changes.
@@ -42,6 +43,8 @@ type Config struct {
 	Limiter   *limiter.Limiter
 	Watcher   *configstore.Watcher
 	MasterKey string
+	// Prices price explained requests (nil: the built-in table).
+	Prices *pricing.Table
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
 	Logger  *slog.Logger
@@ -79,6 +82,11 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("DELETE /admin/rate-limits", h.deleteRule)
 	h.mux.HandleFunc("POST /admin/rate-limits/reset-one", h.resetOne)
 	h.mux.HandleFunc("POST /admin/rate-limits/reset", h.resetAll)
+	h.mux.HandleFunc("GET /admin/budgets", h.listBudgets)
+	h.mux.HandleFunc("PUT /admin/budgets", h.putBudget)
+	h.mux.HandleFunc("DELETE /admin/budgets", h.deleteBudget)
+	h.mux.HandleFunc("POST /admin/budgets/reset-one", h.resetBudget)
+	h.mux.HandleFunc("POST /admin/explain", h.explain)
 	h.mux.HandleFunc("POST /admin/keys", h.createKey)
 	h.mux.HandleFunc("GET /admin/keys", h.listKeys)
 	h.mux.HandleFunc("DELETE /admin/keys/{id}", h.revokeKey)
@@ -162,6 +170,10 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	return true
 }
+
+var errBadTags = errors.New(`tags are "k=v,k2=v2" or an object of strings`)
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 func (h *Handler) storeFailed(w http.ResponseWriter, err error) {
 	h.log.Error("admin store failed", "err", err)

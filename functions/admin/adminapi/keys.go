@@ -3,6 +3,7 @@ package adminapi
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/infra/configstore"
@@ -15,13 +16,14 @@ type keyView struct {
 	Prefix    string     `json:"prefix"`
 	Name      string     `json:"name"`
 	UserPath  string     `json:"user_path"`
+	Tags      string     `json:"tags,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at"`
 	Revoked   bool       `json:"revoked"`
 }
 
 func keyViewOf(k configstore.Key) keyView {
-	v := keyView{ID: k.ID, Prefix: k.Prefix, Name: k.Name, UserPath: k.UserPath, CreatedAt: k.CreatedAt, Revoked: k.Revoked}
+	v := keyView{ID: k.ID, Prefix: k.Prefix, Name: k.Name, UserPath: k.UserPath, Tags: limiter.FormatTags(k.Tags), CreatedAt: k.CreatedAt, Revoked: k.Revoked}
 	if !k.ExpiresAt.IsZero() {
 		e := k.ExpiresAt
 		v.ExpiresAt = &e
@@ -35,6 +37,8 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 		Name      string     `json:"name"`
 		ExpiresAt *time.Time `json:"expires_at"`
 		ExpiresIn string     `json:"expires_in"`
+		// Tags are fixed on the key: "k=v,k2=v2" or an object.
+		Tags any `json:"tags"`
 	}
 	if !decode(w, r, &in) {
 		return
@@ -43,6 +47,10 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	var errs []fieldError
 	if _, err := limiter.ParseUserPath(in.UserPath); err != nil {
 		errs = append(errs, fieldError{Field: "user_path", Message: err.Error()})
+	}
+	tags, err := tagsOf(in.Tags)
+	if err != nil {
+		errs = append(errs, fieldError{Field: "tags", Message: strings.ReplaceAll(err.Error(), "\n", "; ")})
 	}
 	if len(in.Name) > 200 {
 		errs = append(errs, fieldError{Field: "name", Message: "at most 200 characters"})
@@ -71,7 +79,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	hash := configstore.Hash(secret)
 	k := configstore.Key{
 		ID: configstore.KeyID(hash), Hash: hash, Prefix: secret[:9], Name: in.Name,
-		UserPath: in.UserPath, CreatedAt: now.UTC(), ExpiresAt: expires.UTC(),
+		UserPath: in.UserPath, Tags: tags, CreatedAt: now.UTC(), ExpiresAt: expires.UTC(),
 	}
 	if expires.IsZero() {
 		k.ExpiresAt = time.Time{}

@@ -12,24 +12,6 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// limitKey names a period: {"period": "minute"} or {"period_seconds": 300}.
-type limitKey struct {
-	Period        string `json:"period,omitempty"`
-	PeriodSeconds int64  `json:"period_seconds,omitempty"`
-}
-
-// identity names a rule: scope and subject (or the user_path shorthand)
-// and its period.
-type identity struct {
-	Scope    string    `json:"scope,omitempty"`
-	Subject  string    `json:"subject,omitempty"`
-	UserPath string    `json:"user_path,omitempty"`
-	LimitKey *limitKey `json:"limit_key,omitempty"`
-	// Period is reset-one's form of limit_key: a name or a number of
-	// seconds.
-	Period any `json:"period,omitempty"`
-}
-
 // ruleInput is a PUT body.
 type ruleInput struct {
 	identity
@@ -37,73 +19,16 @@ type ruleInput struct {
 	MaxTokens       *int64    `json:"max_tokens"`
 	MaxInputTokens  *int64    `json:"max_input_tokens"`
 	MaxOutputTokens *int64    `json:"max_output_tokens"`
+	Capacity        *int64    `json:"capacity"`
+	RefillPerSecond *float64  `json:"refill_per_second"`
+	Window          string    `json:"window"`
+	Priority        int       `json:"priority"`
+	Always          bool      `json:"always"`
+	Shadow          bool      `json:"shadow"`
 	PerChild        bool      `json:"per_child"`
 	Shards          int       `json:"shards"`
 	Version         int64     `json:"version"`
 	From            *identity `json:"from"`
-}
-
-// resolve turns an identity into scope, subject and period, appending what
-// is wrong to errs.
-func (id identity) resolve(prefix string, errs *[]fieldError) (limiter.Scope, string, time.Duration) {
-	bad := func(f, m string) { *errs = append(*errs, fieldError{Field: prefix + f, Message: m}) }
-	var scope limiter.Scope
-	subject := id.Subject
-	switch {
-	case id.UserPath != "" && (id.Scope != "" && id.Scope != "user_path" || id.Subject != ""):
-		bad("user_path", "user_path is shorthand for scope user_path with that subject; do not also give scope or subject")
-	case id.UserPath != "":
-		scope, subject = limiter.ScopeUserPath, id.UserPath
-	case id.Scope == "":
-		bad("scope", "required (user_path, provider or model), or give user_path")
-	default:
-		s, err := limiter.ParseScope(id.Scope)
-		if err != nil {
-			bad("scope", err.Error())
-		}
-		scope = s
-		if subject == "" {
-			bad("subject", "required")
-		}
-	}
-	var period time.Duration
-	lk := id.LimitKey
-	if lk == nil && id.Period != nil {
-		switch p := id.Period.(type) {
-		case string:
-			lk = &limitKey{Period: p}
-		case float64:
-			lk = &limitKey{PeriodSeconds: int64(p)}
-		default:
-			bad("period", "a name (minute, hour, day, concurrent) or a number of seconds")
-			return scope, subject, 0
-		}
-	}
-	switch {
-	case lk == nil:
-		bad("limit_key", "required: {\"period\": \"minute\"} or {\"period_seconds\": 300}")
-	case lk.Period != "" && lk.PeriodSeconds != 0:
-		bad("limit_key", "give period or period_seconds, not both")
-	case lk.Period != "":
-		p, err := limiter.ParsePeriod(lk.Period)
-		if err != nil {
-			bad("limit_key.period", err.Error())
-		}
-		period = p
-	case lk.PeriodSeconds > 0:
-		period = time.Duration(lk.PeriodSeconds) * time.Second
-	default:
-		bad("limit_key.period_seconds", "must be at least 1")
-	}
-	return scope, subject, period
-}
-
-func limitKeyOf(p time.Duration) limitKey {
-	switch p {
-	case limiter.Concurrent, limiter.Minute, limiter.Hour, limiter.Day:
-		return limitKey{Period: limiter.PeriodName(p)}
-	}
-	return limitKey{PeriodSeconds: int64(p / time.Second)}
 }
 
 // ruleView is a rule as the API shows it.
@@ -116,6 +41,13 @@ type ruleView struct {
 	MaxTokens       int64      `json:"max_tokens"`
 	MaxInputTokens  int64      `json:"max_input_tokens"`
 	MaxOutputTokens int64      `json:"max_output_tokens"`
+	Capacity        int64      `json:"capacity,omitempty"`
+	RefillPerSecond float64    `json:"refill_per_second,omitempty"`
+	Unit            string     `json:"unit,omitempty"`
+	Window          string     `json:"window,omitempty"`
+	Priority        int        `json:"priority,omitempty"`
+	Always          bool       `json:"always,omitempty"`
+	Shadow          bool       `json:"shadow,omitempty"`
 	PerChild        bool       `json:"per_child"`
 	Shards          int        `json:"shards,omitempty"`
 	Source          string     `json:"source"`
@@ -127,9 +59,19 @@ type ruleView struct {
 
 func viewOf(r limiter.Rule, version int64, updated time.Time) ruleView {
 	v := ruleView{
-		Key: string(r.Key()), Scope: r.Scope.String(), Subject: r.Subject, LimitKey: limitKeyOf(r.Period),
+		Key: string(r.Key()), Scope: r.Scope.String(), Subject: r.Subject, LimitKey: limitKeyOf(r),
 		MaxRequests: r.MaxRequests, MaxTokens: r.MaxTokens, MaxInputTokens: r.MaxInputTokens, MaxOutputTokens: r.MaxOutputTokens,
+		Priority: r.Priority, Always: r.Always, Shadow: r.Shadow,
 		PerChild: r.PerChild, Shards: r.Shards, Source: r.Source.String(), Version: version,
+	}
+	if r.Window == limiter.WindowFixed {
+		v.Window = r.Window.String()
+	}
+	if b := r.Bucket; b != nil {
+		v.Capacity, v.RefillPerSecond, v.Unit = b.Capacity, b.RefillPerSecond, "requests"
+		if b.Tokens {
+			v.Unit = "tokens"
+		}
 	}
 	if !updated.IsZero() {
 		v.UpdatedAt = &updated
@@ -157,6 +99,7 @@ type DimensionView struct {
 	Used      int64 `json:"used"`
 	Previous  int64 `json:"previous_window,omitempty"`
 	Remaining int64 `json:"remaining"`
+	RefillMS  int64 `json:"refill_ms,omitempty"`
 }
 
 // UsageOf renders a rule's live state.
@@ -167,7 +110,7 @@ func UsageOf(u limiter.RuleUsage) *UsageView {
 		v.WindowStart, v.WindowEnd = &s, &e
 	}
 	for _, d := range u.Dimensions {
-		dv := &DimensionView{Limit: d.Limit, Used: d.Used, Previous: d.Previous, Remaining: d.Remaining}
+		dv := &DimensionView{Limit: d.Limit, Used: d.Used, Previous: d.Previous, Remaining: d.Remaining, RefillMS: d.Refill.Milliseconds()}
 		switch d.Kind {
 		case limiter.KindRequests:
 			v.Requests = dv
@@ -204,12 +147,14 @@ func (h *Handler) listRules(w http.ResponseWriter, r *http.Request) {
 	for _, u := range live {
 		usage[u.Rule.Key()] = u
 	}
-	var out []ruleView
+	out := []ruleView{}
 	for _, cr := range h.cfg.ConfigRules {
-		out = append(out, viewOf(cr, 0, time.Time{}))
+		if !cr.IsBudget() {
+			out = append(out, viewOf(cr, 0, time.Time{}))
+		}
 	}
 	for _, m := range snap.Rules {
-		if _, shadowed := h.config[m.Key()]; !shadowed {
+		if _, shadowed := h.config[m.Key()]; !shadowed && !m.IsBudget() {
 			out = append(out, viewOf(m.Rule, m.Version, m.UpdatedAt))
 		}
 	}
@@ -227,48 +172,85 @@ func (h *Handler) putRule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var errs []fieldError
-	scope, subject, period := in.identity.resolve("", &errs)
+	rule := in.identity.rule("", &errs, false)
 	if in.Period != nil {
 		errs = append(errs, fieldError{Field: "period", Message: "use limit_key"})
 	}
-	rule := limiter.Rule{
-		Scope: scope, Subject: subject, Period: period, PerChild: in.PerChild, Shards: in.Shards, Source: limiter.SourceManual,
-		MaxRequests: deref(in.MaxRequests), MaxTokens: deref(in.MaxTokens),
-		MaxInputTokens: deref(in.MaxInputTokens), MaxOutputTokens: deref(in.MaxOutputTokens),
+	rule.PerChild = rule.PerChild || in.PerChild
+	rule.Shards, rule.Source = in.Shards, limiter.SourceManual
+	rule.Priority, rule.Always, rule.Shadow = in.Priority, in.Always, in.Shadow
+	var err error
+	if rule.Window, err = limiter.ParseWindow(in.Window); err != nil {
+		errs = append(errs, fieldError{Field: "window", Message: err.Error()})
 	}
-	if in.MaxRequests == nil && in.MaxTokens == nil && in.MaxInputTokens == nil && in.MaxOutputTokens == nil {
-		errs = append(errs, fieldError{Field: "max_requests", Message: "give at least one of max_requests, max_tokens, max_input_tokens, max_output_tokens"})
+	if rule.Bucket != nil {
+		if in.Capacity == nil || in.RefillPerSecond == nil {
+			errs = append(errs, fieldError{Field: "capacity", Message: "a bucket needs capacity and refill_per_second"})
+		} else {
+			rule.Bucket.Capacity, rule.Bucket.RefillPerSecond = *in.Capacity, *in.RefillPerSecond
+		}
+		if in.MaxRequests != nil || in.MaxTokens != nil || in.MaxInputTokens != nil || in.MaxOutputTokens != nil {
+			errs = append(errs, fieldError{Field: "max_requests", Message: "a bucket has a capacity and a refill, not window limits"})
+		}
+	} else {
+		rule.MaxRequests, rule.MaxTokens = deref(in.MaxRequests), deref(in.MaxTokens)
+		rule.MaxInputTokens, rule.MaxOutputTokens = deref(in.MaxInputTokens), deref(in.MaxOutputTokens)
+		if in.MaxRequests == nil && in.MaxTokens == nil && in.MaxInputTokens == nil && in.MaxOutputTokens == nil {
+			errs = append(errs, fieldError{Field: "max_requests", Message: "give at least one of max_requests, max_tokens, max_input_tokens, max_output_tokens (or a bucket's capacity)"})
+		}
+		if in.Capacity != nil || in.RefillPerSecond != nil {
+			errs = append(errs, fieldError{Field: "capacity", Message: `a bucket's limit_key is {"period": "bucket"}`})
+		}
 	}
 	if in.Version < 0 {
 		errs = append(errs, fieldError{Field: "version", Message: "must not be negative"})
 	}
 	from := limiter.RuleKey("")
 	if in.From != nil {
-		fs, fsub, fp := in.From.resolve("from.", &errs)
-		from = limiter.MakeRuleKey(fs, fsub, fp)
+		from = in.From.rule("from.", &errs, false).Key()
 	}
-	if len(errs) == 0 {
-		for _, e := range rule.Problems() {
-			field, msg, ok := strings.Cut(e.Error(), ": ")
-			if !ok {
-				field, msg = "rule", e.Error()
-			}
-			errs = append(errs, fieldError{Field: field, Message: msg})
-		}
-	}
+	errs = withProblems(errs, rule)
 	if len(errs) > 0 {
 		invalid(w, errs)
 		return
 	}
+	h.saveRule(w, r, rule, from, in.Version, "rule", func(cr configstore.Rule) any { return viewOf(cr.Rule, cr.Version, cr.UpdatedAt) })
+}
+
+// withProblems adds a rule's own problems to errs, but for fields errs
+// already names: every problem of a request is reported at once.
+func withProblems(errs []fieldError, rule limiter.Rule) []fieldError {
+	named := map[string]bool{}
+	for _, e := range errs {
+		named[e.Field] = true
+		if f, _, ok := strings.Cut(e.Field, "."); ok {
+			named[f] = true
+		}
+	}
+	for _, e := range rule.Problems() {
+		field, msg, ok := strings.Cut(e.Error(), ": ")
+		if !ok {
+			field, msg = "rule", e.Error()
+		}
+		if !named[field] {
+			errs = append(errs, fieldError{Field: field, Message: msg})
+		}
+	}
+	return errs
+}
+
+// saveRule writes a checked rule or budget (what names it in messages),
+// moved from the key from if that is set, at version (0: whatever is
+// there now), and answers with view of what was saved.
+func (h *Handler) saveRule(w http.ResponseWriter, r *http.Request, rule limiter.Rule, from limiter.RuleKey, version int64, what string, view func(configstore.Rule) any) {
 	key := rule.Key()
 	for _, k := range []limiter.RuleKey{key, from} {
 		if _, isConfig := h.config[k]; isConfig && k != "" {
-			writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("rule %s comes from the configuration and is read-only here", k), nil)
+			writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s comes from the configuration and is read-only here", what, k), nil)
 			return
 		}
 	}
 	ctx := r.Context()
-	version := in.Version
 	if from == "" {
 		from = key
 	}
@@ -286,11 +268,11 @@ func (h *Handler) putRule(w http.ResponseWriter, r *http.Request) {
 	var conflict *configstore.ConflictError
 	switch {
 	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("rule %s changed meanwhile (now version %d); read it and send that version", conflict.Current.Key(), conflict.Current.Version),
-			map[string]any{"current": viewOf(conflict.Current.Rule, conflict.Current.Version, conflict.Current.UpdatedAt)})
+		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s changed meanwhile (now version %d); read it and send that version", what, conflict.Current.Key(), conflict.Current.Version),
+			map[string]any{"current": view(conflict.Current)})
 		return
 	case errors.Is(err, configstore.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("rule %s does not exist", from), nil)
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", what, from), nil)
 		return
 	case err != nil:
 		h.storeFailed(w, err)
@@ -304,8 +286,8 @@ func (h *Handler) putRule(w http.ResponseWriter, r *http.Request) {
 	case from != key:
 		verb = "moved"
 	}
-	h.log.Info("rule "+verb, "rule", string(key), "from", string(from), "version", saved.Version)
-	writeJSON(w, status, viewOf(saved.Rule, saved.Version, saved.UpdatedAt))
+	h.log.Info(what+" "+verb, "rule", string(key), "from", string(from), "version", saved.Version)
+	writeJSON(w, status, view(saved))
 }
 
 // current returns the manual rule at k, or nil.
@@ -324,6 +306,11 @@ func (h *Handler) current(w http.ResponseWriter, r *http.Request, k limiter.Rule
 }
 
 func (h *Handler) deleteRule(w http.ResponseWriter, r *http.Request) {
+	h.deleteOne(w, r, false)
+}
+
+// deleteOne deletes a manual rule or budget at the version given.
+func (h *Handler) deleteOne(w http.ResponseWriter, r *http.Request, budget bool) {
 	var in struct {
 		identity
 		Version int64 `json:"version"`
@@ -332,54 +319,62 @@ func (h *Handler) deleteRule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var errs []fieldError
-	scope, subject, period := in.identity.resolve("", &errs)
+	key := in.identity.rule("", &errs, budget).Key()
 	if len(errs) > 0 {
 		invalid(w, errs)
 		return
 	}
-	key := limiter.MakeRuleKey(scope, subject, period)
+	what, view := "rule", func(cr configstore.Rule) any { return viewOf(cr.Rule, cr.Version, cr.UpdatedAt) }
+	if budget {
+		what, view = "budget", func(cr configstore.Rule) any { return budgetViewOf(cr.Rule, cr.Version, cr.UpdatedAt) }
+	}
 	if _, isConfig := h.config[key]; isConfig {
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("rule %s comes from the configuration and is read-only here", key), nil)
+		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s comes from the configuration and is read-only here", what, key), nil)
 		return
 	}
 	err := h.cfg.Store.DeleteRule(r.Context(), key, in.Version)
 	var conflict *configstore.ConflictError
 	switch {
 	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("rule %s is now at version %d", key, conflict.Current.Version),
-			map[string]any{"current": viewOf(conflict.Current.Rule, conflict.Current.Version, conflict.Current.UpdatedAt)})
+		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s is now at version %d", what, key, conflict.Current.Version),
+			map[string]any{"current": view(conflict.Current)})
 		return
 	case errors.Is(err, configstore.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("rule %s does not exist", key), nil)
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", what, key), nil)
 		return
 	case err != nil:
 		h.storeFailed(w, err)
 		return
 	}
 	h.reload(r)
-	h.log.Info("rule deleted", "rule", string(key))
+	h.log.Info(what+" deleted", "rule", string(key))
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": string(key)})
 }
 
 func (h *Handler) resetOne(w http.ResponseWriter, r *http.Request) {
+	h.resetOneOf(w, r, false)
+}
+
+// resetOneOf starts new counters for one rule or budget.
+func (h *Handler) resetOneOf(w http.ResponseWriter, r *http.Request, budget bool) {
 	var in identity
 	if !decode(w, r, &in) {
 		return
 	}
 	var errs []fieldError
-	scope, subject, period := in.resolve("", &errs)
+	key := in.rule("", &errs, budget).Key()
 	if len(errs) > 0 {
 		invalid(w, errs)
 		return
 	}
-	key := limiter.MakeRuleKey(scope, subject, period)
+	what := map[bool]string{false: "rule", true: "budget"}[budget]
 	if _, ok := h.cfg.Limiter.Rules().Lookup(key); !ok {
 		if err := h.cfg.Watcher.Load(r.Context()); err != nil {
 			h.storeFailed(w, err)
 			return
 		}
 		if _, ok := h.cfg.Limiter.Rules().Lookup(key); !ok {
-			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("rule %s does not exist", key), nil)
+			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", what, key), nil)
 			return
 		}
 	}
@@ -388,7 +383,7 @@ func (h *Handler) resetOne(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.reload(r)
-	h.log.Info("rule counters reset", "rule", string(key))
+	h.log.Info(what+" counters reset", "rule", string(key))
 	writeJSON(w, http.StatusOK, map[string]any{"reset": string(key)})
 }
 

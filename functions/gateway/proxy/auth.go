@@ -15,12 +15,23 @@ import (
 // key narrow to a path below its own.
 const HeaderUserPath = "X-Tollgate-User-Path"
 
-// Keys resolves managed API keys to the user path they are bound to.
+// HeaderTags carries a request's tags, "k=v,k2=v2", for tag rules and
+// budgets; a managed key's own tags win over them.
+const HeaderTags = "X-Tollgate-Tags"
+
+// KeyInfo is what a managed key says of its caller.
+type KeyInfo struct {
+	ID       string
+	UserPath string
+	Tags     []limiter.Tag // fixed on the key
+}
+
+// Keys resolves managed API keys.
 type Keys interface {
-	// UserPath returns the path of the key with this secret, or
-	// ErrUnknownKey when no live key has it (never issued, revoked,
-	// expired). Other errors mean the lookup itself failed.
-	UserPath(ctx context.Context, secret string) (string, error)
+	// Lookup returns the key with this secret, or ErrUnknownKey when no
+	// live key has it (never issued, revoked, expired). Other errors mean
+	// the lookup itself failed.
+	Lookup(ctx context.Context, secret string) (KeyInfo, error)
 }
 
 // ErrUnknownKey is returned by Keys for a secret that is not a live key.
@@ -29,7 +40,9 @@ var ErrUnknownKey = errors.New("unknown API key")
 // Caller is an authenticated client.
 type Caller struct {
 	UserPath string
-	Master   bool // the master key (or dev mode)
+	Master   bool   // the master key (or dev mode)
+	KeyID    string // the managed key's id; "" for the master key
+	Tags     []limiter.Tag
 }
 
 // secret extracts the caller's key: Authorization: Bearer, or the
@@ -76,7 +89,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 			message: "invalid API key"}, 0)
 		return Caller{}, false
 	default:
-		p, err := h.cfg.Keys.UserPath(r.Context(), key)
+		info, err := h.cfg.Keys.Lookup(r.Context(), key)
 		switch {
 		case errors.Is(err, ErrUnknownKey):
 			writeError(w, proto, apiError{status: http.StatusUnauthorized, typ: errTypeAuthentication, code: errCodeInvalidAPIKey,
@@ -88,7 +101,10 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 				message: "could not check the API key; try again"}, 0)
 			return Caller{}, false
 		}
-		c = Caller{UserPath: p}
+		c = Caller{UserPath: info.UserPath, KeyID: info.ID, Tags: info.Tags}
+	}
+	if !h.tags(w, r, proto, &c) {
+		return Caller{}, false
 	}
 	requested, ok := r.Header[http.CanonicalHeaderKey(HeaderUserPath)]
 	if !ok {
@@ -112,4 +128,24 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 	}
 	c.UserPath = p
 	return c, true
+}
+
+// tags adds the request's X-Tollgate-Tags to the caller's, the key's own
+// first; a malformed header is a 400.
+func (h *Handler) tags(w http.ResponseWriter, r *http.Request, proto providers.Protocol, c *Caller) bool {
+	values := r.Header.Values(HeaderTags)
+	if len(values) == 0 {
+		return true
+	}
+	given, err := limiter.ParseTags(strings.Join(values, ","))
+	if err == nil {
+		given, err = limiter.MergeTags(c.Tags, given)
+	}
+	if err != nil {
+		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: errCodeInvalidTags,
+			message: "invalid " + HeaderTags + ": " + strings.ReplaceAll(err.Error(), "\n", "; ")}, 0)
+		return false
+	}
+	c.Tags = given
+	return true
 }

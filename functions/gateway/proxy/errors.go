@@ -35,8 +35,15 @@ const (
 	errCodeRequestTooLarge      = "request_too_large"
 	errCodeUnsupportedMediaType = "unsupported_media_type"
 	errCodeInvalidUserPath      = "invalid_user_path"
-	errCodeUpstream             = "upstream_error"
-	errCodeNotSupported         = "not_supported"
+	errCodeInvalidTags          = "invalid_tags"
+	// A budget's refusal: what OpenAI answers for a billing limit, which
+	// its SDKs do not retry.
+	errInsufficientQuota = "insufficient_quota"
+	headerShadowRefusal  = "X-Tollgate-Shadow-Refusal"
+	headerBudgetLeft     = "X-Tollgate-Budget-Remaining-Usd"
+	headerBudgetReset    = "X-Tollgate-Budget-Reset"
+	errCodeUpstream      = "upstream_error"
+	errCodeNotSupported  = "not_supported"
 )
 
 // apiError is an error answer, written in the client's protocol.
@@ -47,6 +54,7 @@ type apiError struct {
 	param    string
 	message  string
 	decision string // gateway_decision, for rate limits
+	reason   string // Gemini's ErrorInfo reason with a decision; RATE_LIMIT_EXCEEDED by default
 }
 
 // gemini status names by HTTP status.
@@ -90,9 +98,13 @@ func writeError(w http.ResponseWriter, proto providers.Protocol, e apiError, ret
 			})
 		}
 		if e.decision != "" {
+			reason := e.reason
+			if reason == "" {
+				reason = "RATE_LIMIT_EXCEEDED"
+			}
 			details = append(details, map[string]any{
 				"@type":    "type.googleapis.com/google.rpc.ErrorInfo",
-				"reason":   "RATE_LIMIT_EXCEEDED",
+				"reason":   reason,
 				"domain":   "tollgate",
 				"metadata": map[string]string{"gateway_decision": e.decision},
 			})
@@ -154,16 +166,39 @@ func setRateHeaders(h http.Header, d limiter.Decision) {
 }
 
 // ruleName names a rule in the x-tollgate-rule header:
-// "user_path:/team/alpha:minute", with a per_child rule's child resolved.
+// "user_path:/team/alpha:minute", with a per_child rule's child resolved;
+// a budget is "budget:user_path:/team:day".
 func ruleName(r *limiter.Refusal) string {
-	return r.Rule.Scope.String() + ":" + r.Subject() + ":" + limiter.PeriodName(r.Rule.Period)
+	name := r.Rule.Scope.String() + ":" + r.Subject() + ":" + r.Rule.PeriodName()
+	if r.Rule.IsBudget() {
+		return "budget:" + name
+	}
+	return name
 }
 
-// writeRefusal writes the 429 of a local refusal.
+// setPolicyHeaders writes what a decision says beyond the x-ratelimit-*
+// headers: the tightest budget's remainder and reset, and the shadow
+// rules that would have refused.
+func setPolicyHeaders(h http.Header, d limiter.Decision) {
+	delete(h, headerBudgetLeft)
+	delete(h, headerBudgetReset)
+	delete(h, headerShadowRefusal)
+	if b := d.Budget; b.IsSet() {
+		h[headerBudgetLeft] = []string{limiter.FormatUSD(b.Remaining)}
+		h[headerBudgetReset] = []string{b.Reset.UTC().Format(time.RFC3339)}
+	}
+	for i := range d.Shadow {
+		h.Add(headerShadowRefusal, ruleName(&d.Shadow[i]))
+	}
+}
+
+// writeRefusal writes the 429 of a local refusal: a rate limit's, or a
+// budget's insufficient_quota.
 func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Decision) {
 	r := d.Refused
 	h := w.Header()
 	setRateHeaders(h, d)
+	setPolicyHeaders(h, d)
 	h.Set(headerDecision, DecisionLocalReject)
 	h.Set(headerRule, ruleName(r))
 	var delay time.Duration
@@ -173,13 +208,17 @@ func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Dec
 	} else {
 		h.Set(headerShouldRetry, "false")
 	}
-	writeError(w, proto, apiError{
+	e := apiError{
 		status:   http.StatusTooManyRequests,
 		typ:      errTypeRateLimit,
 		code:     errCodeRateLimitExceeded,
 		message:  r.Message(),
 		decision: DecisionLocalReject,
-	}, delay)
+	}
+	if r.IsBudget() {
+		e.typ, e.code, e.reason = errInsufficientQuota, errInsufficientQuota, "BUDGET_EXHAUSTED"
+	}
+	writeError(w, proto, e, delay)
 }
 
 // setRetryAfter writes Retry-After in whole seconds rounded up, the exact

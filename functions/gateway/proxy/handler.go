@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/infra/lru"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/pricing"
 	"github.com/tollgate/tollgate/providers/tokens"
 )
 
@@ -32,11 +33,17 @@ type Config struct {
 	// Estimator counts prompt tokens for the reservation; nil uses
 	// tokens.Heuristic.
 	Estimator tokens.Estimator
+	// Prices prices each target's tokens for budgets; nil uses the
+	// built-in table alone.
+	Prices *pricing.Table
 	// MasterKey authenticates the master caller. Empty is dev mode: any
 	// key is accepted and the user path comes from X-Tollgate-User-Path.
 	MasterKey string
 	// Keys resolves managed keys; nil when there are none.
 	Keys Keys
+	// Batches records who submitted each batch, for the reconciler to
+	// charge what it used once it ends; nil records nothing.
+	Batches BatchRecorder
 	// Refresh, when set, is called before each admission with the request's
 	// instant, to bring the rules up to date (see configstore.Watcher).
 	Refresh func(ctx context.Context, now time.Time)
@@ -93,6 +100,20 @@ type Config struct {
 	Rand func() float64
 }
 
+// BatchRecorder records submitted batches.
+type BatchRecorder interface {
+	RecordBatch(ctx context.Context, b BatchRecord) error
+}
+
+// BatchRecord is who submitted a batch, and where.
+type BatchRecord struct {
+	Provider, ID string
+	UserPath     string
+	KeyID        string
+	Tags         []limiter.Tag
+	SubmittedAt  time.Time
+}
+
 // DefaultMaxOutputTokens caps an output reservation when neither the
 // configuration nor the model's known maximum says less.
 const DefaultMaxOutputTokens = 128_000
@@ -105,6 +126,8 @@ type Handler struct {
 	// failOpenAdmits counts requests admitted unchecked because the store
 	// failed and the failure mode is open.
 	failOpenAdmits atomic.Int64
+	// shadowRefusals counts the refusals shadow rules would have made.
+	shadowRefusals atomic.Int64
 	cool           *cooldownCache
 	pending        sync.WaitGroup // completions retried after their answer
 }
@@ -113,6 +136,9 @@ type Handler struct {
 // check because the store was unavailable (failure mode open).
 func (h *Handler) FailOpenAdmits() int64 { return h.failOpenAdmits.Load() }
 
+// ShadowRefusals returns how many refusals shadow rules would have made.
+func (h *Handler) ShadowRefusals() int64 { return h.shadowRefusals.Load() }
+
 // New returns a Handler.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Limiter == nil || cfg.Catalog == nil {
@@ -120,6 +146,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Estimator == nil {
 		cfg.Estimator = tokens.Heuristic{}
+	}
+	if cfg.Prices == nil {
+		cfg.Prices = pricing.New(nil, nil)
 	}
 	if cfg.DefaultMaxTokens <= 0 {
 		cfg.DefaultMaxTokens = 1024

@@ -167,12 +167,15 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			consider(&skip{wait: until.Sub(now), retryable: true, cooldown: &cooldown{target: t, until: until}})
 			continue
 		}
+		price, _ := h.cfg.Prices.Lookup(t.Provider.Name(), t.Model)
 		lr := limiter.Request{
-			ID:           leaseID(reqID, attempt, i),
-			Subject:      limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model},
+			ID: leaseID(reqID, attempt, i),
+			Subject: limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model,
+				Key: ex.caller.KeyID, Tags: ex.caller.Tags},
 			Route:        ex.op.String(),
 			InputTokens:  ex.inputTokens,
 			OutputTokens: h.reservation(ex, t.Model),
+			Price:        price,
 			UserPathOnly: ex.userPathOnly,
 		}
 		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
@@ -189,10 +192,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			h.failOpenAdmits.Add(1)
 			d = limiter.Decision{Allowed: true}
 		}
+		h.logShadow(reqID, ex, t, d)
 		if !d.Allowed {
 			h.logRefusal(reqID, ex, t, d)
 			sk := &skip{wait: d.Refused.RetryAfter, retryable: d.Refused.Retryable, decision: &d}
-			if d.Refused.Scope() == limiter.ScopeUserPath {
+			if consumerScope(d.Refused.Scope()) {
 				return outcome{skip: sk} // no other target can help
 			}
 			consider(sk)
@@ -269,6 +273,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	start := h.cfg.Now()
 	hdr := w.Header()
 	setRateHeaders(hdr, d)
+	setPolicyHeaders(hdr, d)
 	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
 	hdr.Set("X-Tollgate-Model", t.Model)
 	tw := &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.StreamWriteTimeout}
@@ -286,10 +291,14 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		MaxTokens:   ex.maxTokens,
 	})
 	stopRenewing()
+	if res.BatchID != "" && h.cfg.Batches != nil {
+		h.recordBatch(r.Context(), ex, t, res.BatchID, reqID)
+	}
 	used := limiter.Usage{
 		InputTokens:       res.Usage.InputTokens,
 		OutputTokens:      res.Usage.OutputTokens,
 		CachedInputTokens: res.Usage.CachedInputTokens,
+		CachedInInput:     res.Usage.CachedInInput,
 		Exact:             res.Usage.Reported,
 	}
 	if !used.Exact && used.InputTokens == 0 {
@@ -469,6 +478,45 @@ func (r *renewal) stop() {
 	r.t.Stop()
 }
 
+// recordBatch records who submitted a batch. A batch that cannot be
+// recorded still runs, uncharged: the error is logged for an operator.
+func (h *Handler) recordBatch(ctx context.Context, ex *exchange, t providers.Target, id, reqID string) {
+	b := BatchRecord{Provider: t.Provider.Name(), ID: id, UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, SubmittedAt: h.cfg.Now()}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := h.cfg.Batches.RecordBatch(rctx, b); err != nil {
+		h.log.Error("could not record a submitted batch; its usage will not be charged", "request_id", reqID, "provider", b.Provider, "batch", id, "err", err)
+		return
+	}
+	h.log.Info("batch recorded for charging when it ends", "request_id", reqID, "provider", b.Provider, "batch", id, "user_path", b.UserPath)
+}
+
+// consumerScope reports whether a rule of scope s limits the caller, so
+// that no other target can help a request it refuses.
+func consumerScope(s limiter.Scope) bool {
+	return s == limiter.ScopeUserPath || s == limiter.ScopeTag || s == limiter.ScopeKey
+}
+
+// logShadow logs and counts the refusals shadow rules would have made.
+func (h *Handler) logShadow(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {
+	for i := range d.Shadow {
+		r := &d.Shadow[i]
+		h.shadowRefusals.Add(1)
+		h.log.Info("shadow rule would have refused",
+			"request_id", reqID,
+			"user_path", ex.caller.UserPath,
+			"provider", t.Provider.Name(),
+			"target_model", t.Model,
+			"rule", ruleName(r),
+			"dimension", r.Kind.String(),
+			"limit", r.Limit,
+			"asked", r.Amount,
+			"retry_after_ms", r.RetryAfter.Milliseconds(),
+			"admitted", d.Allowed,
+		)
+	}
+}
+
 func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {
 	r := d.Refused
 	h.log.Info("refused",
@@ -484,7 +532,7 @@ func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d l
 		"asked", r.Amount,
 		"retry_after_ms", r.RetryAfter.Milliseconds(),
 		"retryable", r.Retryable,
-		"next_target", r.Scope() != limiter.ScopeUserPath,
+		"next_target", !consumerScope(r.Scope()),
 	)
 }
 

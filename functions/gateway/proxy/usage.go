@@ -15,6 +15,22 @@ import (
 type usageView struct {
 	UserPath   string         `json:"user_path"`
 	RateLimits []ruleUsageDoc `json:"rate_limits"`
+	Budgets    []budgetDoc    `json:"budgets"`
+}
+
+// budgetDoc is one budget's period: what is spent (settled), what
+// requests not yet settled reserved, and what is left, in dollars.
+type budgetDoc struct {
+	Budget      string    `json:"budget"`
+	Subject     string    `json:"subject"`
+	Period      string    `json:"period"`
+	LimitUSD    string    `json:"limit_usd"`
+	SpentUSD    string    `json:"spent_usd"`
+	ReservedUSD string    `json:"reserved_usd"`
+	Remaining   string    `json:"remaining_usd"`
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
+	Shadow      bool      `json:"shadow,omitempty"`
 }
 
 type ruleUsageDoc struct {
@@ -31,6 +47,8 @@ type dimensionDoc struct {
 	Used      int64 `json:"used"`
 	Previous  int64 `json:"previous_window,omitempty"`
 	Remaining int64 `json:"remaining"`
+	// RefillMS is how long a bucket takes to be full again.
+	RefillMS int64 `json:"refill_ms,omitempty"`
 }
 
 var dimensionNames = map[limiter.Kind]string{
@@ -47,19 +65,35 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Refresh != nil {
 		h.cfg.Refresh(r.Context(), now)
 	}
-	us, err := h.cfg.Limiter.Usage(r.Context(), now, limiter.Subject{UserPath: caller.UserPath})
+	us, err := h.cfg.Limiter.Usage(r.Context(), now, limiter.Subject{UserPath: caller.UserPath, Key: caller.KeyID, Tags: caller.Tags})
 	if err != nil {
 		writeError(w, providers.ProtocolOpenAI, apiError{status: http.StatusServiceUnavailable, typ: errTypeServer, code: errCodeServiceUnavailable,
 			message: "the gateway cannot read its counters right now"}, 0)
 		return
 	}
-	out := usageView{UserPath: caller.UserPath, RateLimits: []ruleUsageDoc{}}
+	out := usageView{UserPath: caller.UserPath, RateLimits: []ruleUsageDoc{}, Budgets: []budgetDoc{}}
 	for _, u := range us {
 		ref := limiter.Refusal{Rule: u.Rule, Child: u.Child}
+		if u.Rule.IsBudget() && len(u.Dimensions) == 1 {
+			d := u.Dimensions[0]
+			out.Budgets = append(out.Budgets, budgetDoc{
+				Budget:      ruleName(&ref),
+				Subject:     ref.Subject(),
+				Period:      u.Rule.PeriodName(),
+				LimitUSD:    limiter.FormatUSD(d.Limit),
+				SpentUSD:    limiter.FormatUSD(max(0, d.Used-d.Reserved)),
+				ReservedUSD: limiter.FormatUSD(d.Reserved),
+				Remaining:   limiter.FormatUSD(d.Remaining),
+				PeriodStart: u.WindowStart.UTC(),
+				PeriodEnd:   u.WindowEnd.UTC(),
+				Shadow:      u.Rule.Shadow,
+			})
+			continue
+		}
 		doc := ruleUsageDoc{
-			Rule:       u.Rule.Scope.String() + ":" + ref.Subject() + ":" + limiter.PeriodName(u.Rule.Period),
+			Rule:       ruleName(&ref),
 			Subject:    ref.Subject(),
-			Period:     limiter.PeriodName(u.Rule.Period),
+			Period:     u.Rule.PeriodName(),
 			Dimensions: map[string]dimensionDoc{},
 		}
 		if !u.WindowStart.IsZero() {
@@ -67,7 +101,8 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 			doc.WindowStart, doc.WindowEnd = &s, &e
 		}
 		for _, d := range u.Dimensions {
-			doc.Dimensions[dimensionNames[d.Kind]] = dimensionDoc{Limit: d.Limit, Used: d.Used, Previous: d.Previous, Remaining: d.Remaining}
+			doc.Dimensions[dimensionNames[d.Kind]] = dimensionDoc{Limit: d.Limit, Used: d.Used, Previous: d.Previous, Remaining: d.Remaining,
+				RefillMS: d.Refill.Milliseconds()}
 		}
 		out.RateLimits = append(out.RateLimits, doc)
 	}

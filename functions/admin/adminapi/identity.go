@@ -1,0 +1,148 @@
+package adminapi
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// limitKey names a period: {"period": "minute"}, {"period_seconds": 300},
+// or {"period": "bucket"} for a token bucket.
+type limitKey struct {
+	Period        string `json:"period,omitempty"`
+	PeriodSeconds int64  `json:"period_seconds,omitempty"`
+}
+
+// identity names a rule or a budget: its subject, in one of the
+// shorthands or as scope and subject, and its period.
+type identity struct {
+	Scope    string `json:"scope,omitempty"`
+	Subject  string `json:"subject,omitempty"`
+	UserPath string `json:"user_path,omitempty"`
+	// Tag and Value name a tag subject: a value, each or total.
+	Tag   string `json:"tag,omitempty"`
+	Value string `json:"value,omitempty"`
+	// Key names a key subject: each, or a key's id.
+	Key      string    `json:"key,omitempty"`
+	LimitKey *limitKey `json:"limit_key,omitempty"`
+	// Period is reset-one's form of limit_key (a name or a number of
+	// seconds), and a budget's period (hour, day, week, month).
+	Period any `json:"period,omitempty"`
+	// Unit tells a requests bucket from a tokens bucket.
+	Unit string `json:"unit,omitempty"`
+}
+
+// rule turns an identity into the rule it names (scope, subject,
+// per_child for each-subjects, and period, bucket or budget period),
+// appending what is wrong to errs. budget reads Period as a calendar
+// period.
+func (id identity) rule(prefix string, errs *[]fieldError, budget bool) limiter.Rule {
+	bad := func(f, m string) { *errs = append(*errs, fieldError{Field: prefix + f, Message: m}) }
+	var r limiter.Rule
+	shorthands := 0
+	for _, s := range []string{id.UserPath, id.Tag, id.Key} {
+		if s != "" {
+			shorthands++
+		}
+	}
+	switch {
+	case shorthands > 1 || shorthands == 1 && (id.Scope != "" || id.Subject != ""):
+		bad("subject", "give one of user_path, tag (with value), key, or scope with subject")
+	case id.UserPath != "":
+		r.Scope, r.Subject = limiter.ScopeUserPath, id.UserPath
+	case id.Tag != "":
+		subject, each, err := config.TagSubject(id.Tag, id.Value)
+		if err != nil {
+			bad("value", err.Error())
+		}
+		r.Scope, r.Subject, r.PerChild = limiter.ScopeTag, subject, each
+	case id.Key != "":
+		r.Scope = limiter.ScopeKey
+		r.Subject, r.PerChild = config.KeySubject(id.Key)
+	case id.Scope == "":
+		bad("scope", "required (user_path, provider, model, tag or key), or give user_path, tag or key")
+	default:
+		s, err := limiter.ParseScope(id.Scope)
+		if err != nil {
+			bad("scope", err.Error())
+		}
+		r.Scope, r.Subject = s, id.Subject
+		if r.Subject == "" {
+			bad("subject", "required")
+		}
+		r.PerChild = (s == limiter.ScopeKey && r.Subject == limiter.EachKey) || (s == limiter.ScopeTag && hasEachValue(r.Subject))
+	}
+	if id.Value != "" && id.Tag == "" {
+		bad("value", "value goes with tag")
+	}
+	if budget {
+		if id.LimitKey != nil {
+			bad("limit_key", "a budget has a period (hour, day, week, month), not a limit_key")
+		}
+		p, _ := id.Period.(string)
+		c, err := limiter.ParseCalendar(p)
+		if err != nil {
+			bad("period", err.Error())
+		}
+		r.Calendar = c
+		return r
+	}
+	lk := id.LimitKey
+	if lk == nil && id.Period != nil {
+		switch p := id.Period.(type) {
+		case string:
+			lk = &limitKey{Period: p}
+		case float64:
+			lk = &limitKey{PeriodSeconds: int64(p)}
+		default:
+			bad("period", "a name (minute, hour, day, concurrent, bucket) or a number of seconds")
+			return r
+		}
+	}
+	switch {
+	case lk == nil:
+		bad("limit_key", `required: {"period": "minute"}, {"period_seconds": 300} or {"period": "bucket"}`)
+	case lk.Period != "" && lk.PeriodSeconds != 0:
+		bad("limit_key", "give period or period_seconds, not both")
+	case lk.Period == "bucket":
+		r.Bucket = &limiter.Bucket{}
+		switch id.Unit {
+		case "", "requests":
+		case "tokens":
+			r.Bucket.Tokens = true
+		default:
+			bad("unit", "requests or tokens")
+		}
+	case lk.Period != "":
+		p, err := limiter.ParsePeriod(lk.Period)
+		if err != nil {
+			bad("limit_key.period", err.Error())
+		}
+		r.Period = p
+	case lk.PeriodSeconds > 0:
+		r.Period = time.Duration(lk.PeriodSeconds) * time.Second
+	default:
+		bad("limit_key.period_seconds", "must be at least 1")
+	}
+	if id.Unit != "" && r.Bucket == nil {
+		bad("unit", "only a bucket has a unit")
+	}
+	return r
+}
+
+func hasEachValue(subject string) bool {
+	n := len(subject)
+	return n >= 2 && subject[n-2:] == "="+limiter.EachValue
+}
+
+func limitKeyOf(r limiter.Rule) limitKey {
+	if r.Bucket != nil {
+		return limitKey{Period: "bucket"}
+	}
+	switch p := r.Period; p {
+	case limiter.Concurrent, limiter.Minute, limiter.Hour, limiter.Day:
+		return limitKey{Period: limiter.PeriodName(p)}
+	}
+	return limitKey{PeriodSeconds: int64(r.Period / time.Second)}
+}
