@@ -101,7 +101,7 @@ func (r *Refusal) Message() string {
 		if !r.Retryable {
 			return "request costing $" + FormatUSD(r.Amount) + " exceeds the " + budget + " for " + subject
 		}
-		return "budget exhausted for " + subject + ": " + budget + " spent"
+		return "budget exhausted for " + subject + ": the " + budget + " is spent or reserved; this request would reserve $" + FormatUSD(r.Amount)
 	}
 	limit := r.periodWord() + " " + r.Kind.noun() + " limit of " + strconv.FormatInt(r.Limit, 10)
 	if r.Rule.Bucket != nil {

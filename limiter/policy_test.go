@@ -102,7 +102,7 @@ func TestBudgetRefusalWaitsForThePeriod(t *testing.T) {
 	if d.Allowed || !d.Refused.IsBudget() || d.Refused.RetryAfter != time.Hour {
 		t.Fatalf("refusal %+v, want a budget refusal for an hour", d.Refused)
 	}
-	if msg := d.Refused.Message(); msg != "budget exhausted for /team: monthly budget of $5.00 spent" {
+	if msg := d.Refused.Message(); !strings.HasPrefix(msg, "budget exhausted for /team: the monthly budget of $5.00 is spent or reserved; this request would reserve $") {
 		t.Fatalf("message %q", msg)
 	}
 	if d := admit(t, l, now.Add(time.Hour), r2); !d.Allowed {

@@ -149,6 +149,19 @@ func BenchmarkAdmission(b *testing.B) {
 			{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: huge},
 			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Hour, MaxRequests: huge},
 		}},
+		// A budget and three windows: four counters and the lease that
+		// settles the budget, in one round.
+		{"3rules+budget", 5, []limiter.Rule{
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: huge},
+			{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: huge},
+			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Hour, MaxRequests: huge},
+			{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: huge, Calendar: limiter.CalendarMonth},
+		}},
+		// A token bucket of requests: one conditional write, on the side
+		// its last value says.
+		{"bucket", 1, []limiter.Rule{
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Bucket: &limiter.Bucket{Capacity: 1e9, RefillPerSecond: 1e6}},
+		}},
 		{"3rules+tokens+slot", 5, []limiter.Rule{
 			{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: huge, MaxTokens: huge},
 			{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: limiter.MaxSlotsPerShard},
@@ -201,6 +214,7 @@ func benchmarkAdmission(b *testing.B, rtt time.Duration, calls int, rules []limi
 	req := limiter.Request{
 		Subject:     limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
 		InputTokens: 100, OutputTokens: 50,
+		Price:       limiter.Price{Input: 2_500_000, Output: 10_000_000, CachedInput: 1_250_000},
 	}
 	warm := req
 	warm.ID = "warm"
