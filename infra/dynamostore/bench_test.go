@@ -214,7 +214,7 @@ func benchmarkAdmission(b *testing.B, rtt time.Duration, calls int, rules []limi
 	req := limiter.Request{
 		Subject:     limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
 		InputTokens: 100, OutputTokens: 50,
-		Price:       limiter.Price{Input: 2_500_000, Output: 10_000_000, CachedInput: 1_250_000},
+		Price: limiter.Price{Input: 2_500_000, Output: 10_000_000, CachedInput: 1_250_000},
 	}
 	warm := req
 	warm.ID = "warm"
