@@ -36,11 +36,13 @@ const (
 	OpBatches                   // POST /v1/batches
 	OpGenerate                  // Gemini generateContent / streamGenerateContent
 	OpPassthrough               // /p/{provider}/…: sent as is
+	OpCountTokens               // Anthropic count_tokens, Gemini countTokens: free upstream
 )
 
 var opNames = map[Op]string{
 	OpChat: "chat", OpResponses: "responses", OpEmbeddings: "embeddings", OpMessages: "messages",
 	OpAudio: "audio", OpBatches: "batches", OpGenerate: "generate", OpPassthrough: "passthrough",
+	OpCountTokens: "count_tokens",
 }
 
 func (o Op) String() string {

@@ -78,6 +78,14 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, r *provider
 	switch r.Op {
 	case providers.OpMessages:
 		return p.messages(ctx, w, r)
+	case providers.OpCountTokens:
+		body, err := providers.SetModel(r.Body, r.Model, nil)
+		if err != nil {
+			return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Err: err}
+		}
+		rr := *r
+		rr.Body, rr.Method = body, http.MethodPost
+		return p.passthrough(ctx, w, &rr, p.cfg.BaseURL+"/v1/messages/count_tokens")
 	case providers.OpChat:
 		return p.chat(ctx, w, r)
 	case providers.OpPassthrough:
@@ -242,5 +250,5 @@ func (a *usageAcc) usage() providers.Usage {
 
 // Supports implements providers.Supporter.
 func (p *Provider) Supports(op providers.Op) bool {
-	return op == providers.OpMessages || op == providers.OpChat || op == providers.OpPassthrough
+	return op == providers.OpMessages || op == providers.OpChat || op == providers.OpPassthrough || op == providers.OpCountTokens
 }

@@ -71,6 +71,12 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, r *provider
 	switch r.Op {
 	case providers.OpGenerate:
 		return p.generate(ctx, w, r)
+	case providers.OpEmbeddings, providers.OpCountTokens:
+		// Native embedContent, batchEmbedContents and countTokens: Path
+		// holds the action, sent as it is.
+		if strings.HasPrefix(r.Path, ":") {
+			return p.generate(ctx, w, r)
+		}
 	case providers.OpChat:
 		return p.chat(ctx, w, r)
 	}
@@ -496,5 +502,5 @@ func streamUsage(u *usageMetadata, chunks int64, complete bool) providers.Usage 
 
 // Supports implements providers.Supporter.
 func (p *Provider) Supports(op providers.Op) bool {
-	return op == providers.OpGenerate || op == providers.OpChat
+	return op == providers.OpGenerate || op == providers.OpChat || op == providers.OpEmbeddings || op == providers.OpCountTokens
 }

@@ -119,7 +119,12 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, req *provid
 	case providers.OpResponses:
 		return p.responses(ctx, w, req, id, usage)
 	case providers.OpEmbeddings:
+		if strings.HasPrefix(req.Path, ":") {
+			return p.geminiEmbeddings(w, req, usage)
+		}
 		return p.embeddings(w, req, usage)
+	case providers.OpCountTokens:
+		return countTokens(w, req)
 	case providers.OpMessages:
 		return p.messages(ctx, w, req, id, usage)
 	case providers.OpGenerate:
@@ -216,7 +221,8 @@ func (p *Provider) AcceptsAnyModel() bool { return true }
 // Supports implements providers.Supporter.
 func (p *Provider) Supports(op providers.Op) bool {
 	switch op {
-	case providers.OpChat, providers.OpResponses, providers.OpEmbeddings, providers.OpMessages, providers.OpGenerate:
+	case providers.OpChat, providers.OpResponses, providers.OpEmbeddings, providers.OpMessages, providers.OpGenerate,
+		providers.OpCountTokens:
 		return true
 	}
 	return false

@@ -2,7 +2,10 @@ package mock
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 
@@ -59,7 +62,8 @@ func (p *Provider) responses(ctx context.Context, w http.ResponseWriter, req *pr
 // embeddings answers with 8-dimensional vectors, one per input.
 func (p *Provider) embeddings(w http.ResponseWriter, req *providers.Request, usage providers.Usage) (providers.Result, error) {
 	var in struct {
-		Input json.RawMessage `json:"input"`
+		Input          json.RawMessage `json:"input"`
+		EncodingFormat string          `json:"encoding_format"`
 	}
 	_ = json.Unmarshal(req.Body, &in)
 	n := 1
@@ -74,11 +78,12 @@ func (p *Provider) embeddings(w http.ResponseWriter, req *providers.Request, usa
 	usage.OutputTokens = 0
 	data := make([]any, n)
 	for i := range data {
-		vec := make([]float64, 8)
-		for j := range vec {
-			vec[j] = float64((i+1)*(j+1)%7) / 7
+		vec := vector(i)
+		var e any = vec
+		if in.EncodingFormat == "base64" {
+			e = base64Floats(vec)
 		}
-		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": vec}
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": e}
 	}
 	return writeJSON(w, usage, map[string]any{
 		"object": "list", "data": data, "model": req.Model,
@@ -171,4 +176,52 @@ func (p *Provider) generate(ctx context.Context, w http.ResponseWriter, req *pro
 	}
 	res.Usage = usage
 	return res, nil
+}
+
+// base64Floats encodes a vector as OpenAI does for encoding_format
+// "base64": little-endian float32s, base64 (standard, padded).
+func base64Floats(vec []float64) string {
+	b := make([]byte, 0, 4*len(vec))
+	for _, v := range vec {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// vector is the mock's embedding of input i: 8 deterministic dimensions.
+func vector(i int) []float64 {
+	vec := make([]float64, 8)
+	for j := range vec {
+		vec[j] = float64((i+1)*(j+1)%7) / 7
+	}
+	return vec
+}
+
+// geminiEmbeddings answers embedContent (one vector) and
+// batchEmbedContents (one per request).
+func (p *Provider) geminiEmbeddings(w http.ResponseWriter, req *providers.Request, usage providers.Usage) (providers.Result, error) {
+	usage.OutputTokens = 0
+	usage.Reported = false // Gemini reports no usage for embeddings
+	if req.Path != ":batchEmbedContents" {
+		return writeJSON(w, usage, map[string]any{"embedding": map[string]any{"values": vector(0)}})
+	}
+	var in struct {
+		Requests []json.RawMessage `json:"requests"`
+	}
+	_ = json.Unmarshal(req.Body, &in)
+	out := make([]any, len(in.Requests))
+	for i := range out {
+		out[i] = map[string]any{"values": vector(i)}
+	}
+	return writeJSON(w, usage, map[string]any{"embeddings": out})
+}
+
+// countTokens answers Anthropic's count_tokens and Gemini's countTokens
+// with the gateway's own estimate; it uses nothing.
+func countTokens(w http.ResponseWriter, req *providers.Request) (providers.Result, error) {
+	none := providers.Usage{Reported: true}
+	if req.Path == ":countTokens" {
+		return writeJSON(w, none, map[string]any{"totalTokens": req.InputTokens})
+	}
+	return writeJSON(w, none, map[string]any{"input_tokens": req.InputTokens})
 }

@@ -15,6 +15,7 @@ import (
 	mrand "math/rand/v2"
 	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,6 +223,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /v1/responses", h.responses)
 	h.mux.HandleFunc("POST /v1/embeddings", h.embeddings)
 	h.mux.HandleFunc("POST /v1/messages", h.messages)
+	h.mux.HandleFunc("POST /v1/messages/count_tokens", h.countTokens)
 	h.mux.HandleFunc("POST /v1/audio/speech", h.audio)
 	h.mux.HandleFunc("POST /v1/audio/transcriptions", h.audio)
 	h.mux.HandleFunc("POST /v1/audio/translations", h.audio)
@@ -230,12 +232,28 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /v1/usage", h.usage)
 	h.mux.HandleFunc("/p/{provider}/{path...}", h.passthrough)
 	h.mux.HandleFunc("POST /v1beta/models/{target}", h.generate)
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, providers.ProtocolOpenAI, apiError{
-			status: http.StatusNotFound, typ: errTypeInvalidRequest, code: "unknown_url",
-			message: "unknown route " + r.Method + " " + r.URL.Path,
-		}, 0)
-	})
+	h.mux.HandleFunc("POST /v1/models/{target}", h.generate) // Gemini's v1 API, which the Google clients may use
+	h.mux.HandleFunc("/", h.unknownRoute)
+}
+
+// unknownRoute answers 404 in the protocol the path implies: Anthropic's
+// under /v1/messages, Gemini's under /v1beta/ (or a model:action path),
+// OpenAI's otherwise.
+func (h *Handler) unknownRoute(w http.ResponseWriter, r *http.Request) {
+	h.log.Info("unknown route", "method", r.Method, "path", r.URL.Path)
+	proto := providers.ProtocolOpenAI
+	switch p := r.URL.Path; {
+	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/") || strings.HasPrefix(p, "/v1/complete"):
+		proto = providers.ProtocolAnthropic
+	case strings.HasPrefix(p, "/v1beta/") || strings.HasPrefix(p, "/v1/models/") && strings.Contains(p, ":"):
+		proto = providers.ProtocolGemini
+	}
+	typ := errTypeNotFound
+	if proto == providers.ProtocolOpenAI {
+		typ = errTypeInvalidRequest // what OpenAI answers for a URL it does not know
+	}
+	writeError(w, proto, apiError{status: http.StatusNotFound, typ: typ, code: "unknown_url",
+		message: "unknown route " + r.Method + " " + r.URL.Path}, 0)
 }
 
 // readJSON reads a JSON request body within the size limit, writing the

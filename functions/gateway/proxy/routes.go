@@ -159,12 +159,41 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	model := *req.Model
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpMessages, model: model, body: body, stream: req.Stream,
+		maxTokens: *req.MaxTokens, inputTokens: h.messagesInput(model, &req), caller: caller, header: r.Header})
+}
+
+// countTokens handles Anthropic's POST /v1/messages/count_tokens: admitted
+// by user-path rules as one request, charged no tokens (the provider does
+// not bill it), sent to the model's provider.
+func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
+	const proto = providers.ProtocolAnthropic
+	var req messagesRequest
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
+		return
+	}
+	switch {
+	case req.Model == nil || *req.Model == "":
+		badRequest(w, proto, "model", "model: field required")
+		return
+	case len(req.Messages) == 0:
+		badRequest(w, proto, "messages", "messages: at least one message is required")
+		return
+	}
+	model := *req.Model
+	h.serve(w, r, &exchange{proto: proto, op: providers.OpCountTokens, model: model, body: body,
+		inputTokens: h.messagesInput(model, &req), free: true, userPathOnly: true, caller: caller, header: r.Header,
+		path: "/v1/messages/count_tokens"})
+}
+
+// messagesInput estimates the prompt of a Messages request.
+func (h *Handler) messagesInput(model string, req *messagesRequest) int64 {
 	in := int64(tokensPerReply) + h.count(model, blocksText(req.System)) + h.count(model, string(req.Tools))
 	for _, m := range req.Messages {
 		in += tokensPerMessage + h.count(model, blocksText(m.Content))
 	}
-	h.serve(w, r, &exchange{proto: proto, op: providers.OpMessages, model: model, body: body, stream: req.Stream,
-		maxTokens: *req.MaxTokens, inputTokens: in, caller: caller, header: r.Header})
+	return in
 }
 
 // blocksText gathers the text of Anthropic content: a string or blocks
@@ -351,28 +380,46 @@ func (h *Handler) passthrough(w http.ResponseWriter, r *http.Request) {
 		method: r.Method, path: "/" + r.PathValue("path"), query: r.URL.RawQuery, header: r.Header})
 }
 
-// generate handles Gemini's POST /v1beta/models/{model}:{action}.
+// geminiContent is Gemini's content: parts with text.
+type geminiContent struct {
+	Parts []struct {
+		Text string `json:"text"`
+	} `json:"parts"`
+}
+
+func (c *geminiContent) text(b *strings.Builder) {
+	if c == nil {
+		return
+	}
+	for _, p := range c.Parts {
+		b.WriteString(p.Text)
+	}
+}
+
+// generate handles Gemini's POST /v1beta/models/{model}:{action}:
+// generateContent and streamGenerateContent, embedContent and
+// batchEmbedContents (charged their input, like embeddings), countTokens
+// (one request by user-path rules, no tokens: the provider does not bill
+// it).
 func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolGemini
 	target := r.PathValue("target")
-	model, action, ok := strings.Cut(target, ":")
-	if !ok || (action != "generateContent" && action != "streamGenerateContent") {
+	model, action, _ := strings.Cut(target, ":")
+	switch action {
+	case "generateContent", "streamGenerateContent":
+	case "embedContent", "batchEmbedContents", "countTokens":
+		h.geminiAux(w, r, model, action)
+		return
+	default:
+		h.log.Info("unknown route", "method", r.Method, "path", r.URL.Path)
 		writeError(w, proto, apiError{status: http.StatusNotFound, typ: errTypeNotFound,
-			message: "unknown method " + target + ": want {model}:generateContent or {model}:streamGenerateContent"}, 0)
+			message: "unknown method " + target + ": want {model}:generateContent, :streamGenerateContent, :countTokens, :embedContent or :batchEmbedContents"}, 0)
 		return
 	}
 	var req struct {
-		Contents []struct {
-			Parts []struct {
-				Text string `json:"text"`
-			} `json:"parts"`
-		} `json:"contents"`
-		SystemInstruction *struct {
-			Parts []struct {
-				Text string `json:"text"`
-			} `json:"parts"`
-		} `json:"systemInstruction"`
-		GenerationConfig struct {
+		Contents          []geminiContent `json:"contents"`
+		SystemInstruction *geminiContent  `json:"systemInstruction"`
+		GenerationConfig  struct {
 			MaxOutputTokens *int64 `json:"maxOutputTokens"`
 			CandidateCount  *int64 `json:"candidateCount"`
 		} `json:"generationConfig"`
@@ -394,19 +441,67 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var text strings.Builder
-	if req.SystemInstruction != nil {
-		for _, p := range req.SystemInstruction.Parts {
-			text.WriteString(p.Text)
-		}
-	}
-	for _, c := range req.Contents {
-		for _, p := range c.Parts {
-			text.WriteString(p.Text)
-		}
+	req.SystemInstruction.text(&text)
+	for i := range req.Contents {
+		req.Contents[i].text(&text)
 	}
 	h.serve(w, r, &exchange{proto: proto, op: providers.OpGenerate, model: model, body: body,
 		stream: action == "streamGenerateContent", maxTokens: maxOut, choices: candidates, inputTokens: h.count(model, text.String()),
 		caller: caller, path: ":" + action})
+}
+
+// geminiAux handles Gemini's embedContent, batchEmbedContents and
+// countTokens.
+func (h *Handler) geminiAux(w http.ResponseWriter, r *http.Request, model, action string) {
+	const proto = providers.ProtocolGemini
+	var req struct {
+		Content  *geminiContent  `json:"content"`
+		Contents []geminiContent `json:"contents"`
+		Requests []struct {
+			Content *geminiContent `json:"content"`
+		} `json:"requests"`
+		GenerateContentRequest *struct {
+			Contents          []geminiContent `json:"contents"`
+			SystemInstruction *geminiContent  `json:"systemInstruction"`
+		} `json:"generateContentRequest"`
+	}
+	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	if !ok {
+		return
+	}
+	var text strings.Builder
+	ex := &exchange{proto: proto, model: model, body: body, caller: caller, path: ":" + action}
+	switch action {
+	case "embedContent":
+		if req.Content == nil || len(req.Content.Parts) == 0 {
+			badRequest(w, proto, "content", "content is not specified")
+			return
+		}
+		req.Content.text(&text)
+		ex.op, ex.noOutput = providers.OpEmbeddings, true
+	case "batchEmbedContents":
+		if len(req.Requests) == 0 {
+			badRequest(w, proto, "requests", "requests is not specified")
+			return
+		}
+		for _, q := range req.Requests {
+			q.Content.text(&text)
+		}
+		ex.op, ex.noOutput = providers.OpEmbeddings, true
+	case "countTokens":
+		for i := range req.Contents {
+			req.Contents[i].text(&text)
+		}
+		if g := req.GenerateContentRequest; g != nil {
+			g.SystemInstruction.text(&text)
+			for i := range g.Contents {
+				g.Contents[i].text(&text)
+			}
+		}
+		ex.op, ex.free, ex.userPathOnly = providers.OpCountTokens, true, true
+	}
+	ex.inputTokens = h.count(model, text.String())
+	h.serve(w, r, ex)
 }
 
 // models lists the model names clients may use.

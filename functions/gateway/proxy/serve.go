@@ -34,6 +34,9 @@ type exchange struct {
 	userPathOnly bool
 	// noOutput reserves no output tokens (embeddings, audio).
 	noOutput bool
+	// free charges no tokens at all (token counting, which the providers
+	// do not bill): inputTokens is only what the upstream is told.
+	free bool
 	// reserveOut is the output reservation, set by serve.
 	reserveOut int64
 	// capField is the body field that carries the client's output cap.
@@ -45,6 +48,14 @@ type exchange struct {
 	// route, when set, is the resolution to use instead of the model's
 	// (passthrough names its provider in the URL).
 	route *providers.Route
+}
+
+// chargedInput is the input a request reserves.
+func (ex *exchange) chargedInput() int64 {
+	if ex.free {
+		return 0
+	}
+	return ex.inputTokens
 }
 
 // serve admits ex for the first target of its model with capacity,
@@ -78,7 +89,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	if ex.reserveOut <= 0 {
 		ex.reserveOut = h.cfg.DefaultMaxTokens
 	}
-	if ex.userPathOnly || ex.noOutput || ex.op == providers.OpEmbeddings {
+	if ex.userPathOnly || ex.noOutput || ex.free || ex.op == providers.OpEmbeddings {
 		ex.reserveOut = 0
 	}
 	ex.inputTokens = min(max(ex.inputTokens, 0), limiter.MaxAmount)
@@ -173,7 +184,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			Subject: limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model,
 				Key: ex.caller.KeyID, Tags: ex.caller.Tags},
 			Route:        ex.op.String(),
-			InputTokens:  ex.inputTokens,
+			InputTokens:  ex.chargedInput(),
 			OutputTokens: h.reservation(ex, t.Model),
 			Price:        price,
 			UserPathOnly: ex.userPathOnly,
@@ -203,7 +214,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			continue
 		}
 		perr := h.forward(w, r, ex, t, d, reqID)
-		if perr == nil {
+		if perr == nil || perr == errClientGone {
 			return outcome{done: true}
 		}
 		if perr.RateLimited() {
@@ -303,7 +314,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	}
 	if !used.Exact && used.InputTokens == 0 {
 		// The prompt went out whole even if the answer broke off.
-		used.InputTokens = ex.inputTokens
+		used.InputTokens = ex.chargedInput()
 	}
 	var perr *providers.Error
 	if err != nil && !tw.wrote {
@@ -342,12 +353,23 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		slog.Bool("client_gone", clientGone),
 		slog.Int64("duration_ms", h.cfg.Now().Sub(start).Milliseconds()),
 	)
-	if perr != nil {
+	switch {
+	case perr != nil && clientGone:
+		// The client's own cancellation (or the function's deadline) is no
+		// failure of the upstream's, and nobody is left to fail over for.
+		h.log.Info("client went away before the answer", "request_id", reqID, "provider", t.Provider.Name(),
+			"err", r.Context().Err().Error())
+		return errClientGone
+	case perr != nil:
 		h.log.Warn("upstream failed before answering",
 			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
 	}
 	return perr
 }
+
+// errClientGone is forward's answer when the client left before the
+// upstream answered: the request is over, with nothing to write.
+var errClientGone = &providers.Error{Err: context.Canceled}
 
 // complete records usage and gives back the lease's slots, even when the
 // client has gone. A first attempt is made before the answer ends; if it

@@ -1,0 +1,111 @@
+package proxy_test
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Token counting is one request and no tokens (the providers do not bill
+// it); Gemini's embeddings are charged their input, like OpenAI's.
+func TestCountTokensAndGeminiEmbeddings(t *testing.T) {
+	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Minute, MaxRequests: 100, MaxTokens: 40})
+	hdr := map[string]string{"X-Tollgate-User-Path": "/team/app"}
+	long := strings.Repeat("many words here ", 20) // well over the 40 tokens
+	remaining := func(t *testing.T, w *httptest.ResponseRecorder) int64 {
+		t.Helper()
+		v := w.Header()["X-Ratelimit-Remaining-Tokens"]
+		if len(v) != 1 {
+			t.Fatalf("no token headers: %v", w.Header())
+		}
+		n, _ := strconv.ParseInt(v[0], 10, 64)
+		return n
+	}
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/messages/count_tokens", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"` + long + `"}]}`, "input_tokens"},
+		{"/v1beta/models/gemini-2.5-flash:countTokens", `{"contents":[{"parts":[{"text":"` + long + `"}]}]}`, "totalTokens"},
+		{"/v1/models/gemini-2.5-flash:countTokens", `{"generateContentRequest":{"contents":[{"parts":[{"text":"` + long + `"}]}]}}`, "totalTokens"},
+	} {
+		for range 3 {
+			w := f.do("POST", c.path, c.body, hdr)
+			if w.Code != 200 {
+				t.Fatalf("%s: %d %s", c.path, w.Code, w.Body)
+			}
+			var out map[string]int64
+			if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out[c.field] < 40 {
+				t.Fatalf("%s: answer %s", c.path, w.Body)
+			}
+			if n := remaining(t, w); n != 40 {
+				t.Fatalf("%s charged tokens: %d of 40 left", c.path, n)
+			}
+		}
+	}
+	if n := f.upstream.calls.Load(); n != 9 {
+		t.Fatalf("%d calls reached the upstream, want 9", n)
+	}
+
+	w := f.do("POST", "/v1beta/models/text-embedding-004:embedContent", `{"content":{"parts":[{"text":"hello world"}]}}`, hdr)
+	var one struct {
+		Embedding struct{ Values []float64 } `json:"embedding"`
+	}
+	if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &one) != nil || len(one.Embedding.Values) == 0 {
+		t.Fatalf("embedContent: %d %s", w.Code, w.Body)
+	}
+	if n := remaining(t, w); n >= 40 || n < 30 {
+		t.Fatalf("embedContent should be charged its input only: %d of 40 left", n)
+	}
+	w = f.do("POST", "/v1beta/models/text-embedding-004:batchEmbedContents",
+		`{"requests":[{"content":{"parts":[{"text":"a"}]}},{"content":{"parts":[{"text":"b"}]}}]}`, hdr)
+	var many struct {
+		Embeddings []struct{ Values []float64 } `json:"embeddings"`
+	}
+	if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &many) != nil || len(many.Embeddings) != 2 {
+		t.Fatalf("batchEmbedContents: %d %s", w.Code, w.Body)
+	}
+	w = f.do("POST", "/v1beta/models/text-embedding-004:embedContent", `{"content":{"parts":[{"text":"`+long+`"}]}}`, hdr)
+	if w.Code != 429 {
+		t.Fatalf("an embedding larger than the tokens left: %d %s", w.Code, w.Body)
+	}
+}
+
+// An unknown route is 404 in the protocol its path implies.
+func TestUnknownRouteInItsProtocol(t *testing.T) {
+	f := newFixture(t, "")
+	for path, check := range map[string]func(b []byte) bool{
+		"/v2/nothing": func(b []byte) bool {
+			var e openAIError
+			return json.Unmarshal(b, &e) == nil && e.Error.Type == "invalid_request_error" && e.Error.Code != nil && *e.Error.Code == "unknown_url"
+		},
+		"/v1/messages/batches": func(b []byte) bool {
+			var e struct {
+				Type  string `json:"type"`
+				Error struct{ Type, Message string }
+			}
+			return json.Unmarshal(b, &e) == nil && e.Type == "error" && e.Error.Type == "not_found_error"
+		},
+		"/v1beta/models/gemini-2.5-flash:predictLongRunning": func(b []byte) bool {
+			var e struct {
+				Error struct {
+					Code   int
+					Status string
+				}
+			}
+			return json.Unmarshal(b, &e) == nil && e.Error.Code == 404 && e.Error.Status == "NOT_FOUND"
+		},
+		"/v1beta/cachedContents": func(b []byte) bool {
+			var e struct {
+				Error struct{ Status string }
+			}
+			return json.Unmarshal(b, &e) == nil && e.Error.Status == "NOT_FOUND"
+		},
+	} {
+		w := f.do("POST", path, `{}`, nil)
+		if w.Code != 404 || !check(w.Body.Bytes()) {
+			t.Errorf("%s: %d %s", path, w.Code, w.Body)
+		}
+	}
+}
