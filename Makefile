@@ -18,7 +18,7 @@ CONFIG    ?= $(wildcard tollgate.yaml)
 LOCALSTACK := docker compose -f localstack/docker-compose.yml
 STACK      ?= tollgate
 
-.PHONY: help run run-dynamodb test bench build lint lint-template deps deploy localstack-up localstack-deploy localstack-down
+.PHONY: help run run-dynamodb test bench build lint lint-template deps deploy localstack-up localstack-deploy localstack-down docker-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -64,18 +64,26 @@ deploy: build ## deploy to AWS with sam (guided the first time: writes samconfig
 	@command -v sam >/dev/null || { echo "the AWS SAM CLI is needed: https://docs.aws.amazon.com/serverless-application-model/"; exit 1; }
 	@if [ -f samconfig.toml ]; then sam deploy; else sam deploy --guided --capabilities CAPABILITY_IAM; fi
 
-localstack-up: ## start LocalStack (docker compose) with tollgate's tables and master key parameter
+localstack-up: docker-check ## start LocalStack (docker compose) with tollgate's tables and master key parameter
+	@if [ -z "$$LOCALSTACK_AUTH_TOKEN" ]; then echo "note: LOCALSTACK_AUTH_TOKEN is not set; recent LocalStack images need one (see README, Try it on LocalStack)"; fi
 	$(LOCALSTACK) up -d --wait
 
-localstack-deploy: build ## deploy the whole stack to the running LocalStack with samlocal
+localstack-deploy: docker-check build ## deploy the whole stack to the running LocalStack with samlocal
 	@command -v samlocal >/dev/null || { echo "samlocal is needed: pip install aws-sam-cli-local"; exit 1; }
 	samlocal deploy --stack-name $(STACK) --resolve-s3 --capabilities CAPABILITY_IAM \
 		--no-confirm-changeset --no-fail-on-empty-changeset \
 		--parameter-overrides TablePrefix=$(STACK)-stack-
 	@echo "the API: awslocal apigateway get-rest-apis; call http://localhost:4566/restapis/<id>/prod/_user_request_/v1/..."
 
-localstack-down: ## stop LocalStack and drop its state
+localstack-down: docker-check ## stop LocalStack and drop its state
 	$(LOCALSTACK) down -v
+
+# docker-check says what is missing before docker compose can say
+# something cryptic: the docker CLI, its compose plugin, a running daemon.
+docker-check:
+	@command -v docker >/dev/null || { echo "LocalStack needs Docker: install Docker Engine (or Docker Desktop), https://docs.docker.com/engine/install/"; exit 1; }
+	@docker compose version >/dev/null 2>&1 || { echo "LocalStack needs the Docker Compose plugin ('docker compose'): https://docs.docker.com/compose/install/linux/ (the old docker-compose v1 is not enough)"; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "the Docker daemon is not running or not reachable: start it (sudo systemctl start docker) or check that you may use it (the docker group)"; exit 1; }
 
 deps: $(NPM_STAMP) ## install the Go modules and the tests' Node packages
 	$(GO) mod download

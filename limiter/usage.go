@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -48,6 +49,22 @@ func (l *Limiter) AllUsage(ctx context.Context, now time.Time) ([]RuleUsage, err
 		}
 	}
 	return l.usage(ctx, now, ms)
+}
+
+// RuleUsage returns the live state of the rule with key k, or nil when no
+// such rule is loaded or it is counted per child (whose children's state is
+// read through Usage).
+func (l *Limiter) RuleUsage(ctx context.Context, now time.Time, k RuleKey) (*RuleUsage, error) {
+	rs := l.rules.Load()
+	i := slices.IndexFunc(rs.list, func(r *rule) bool { return r.key == k })
+	if i < 0 || rs.list[i].PerChild {
+		return nil, nil
+	}
+	us, err := l.usage(ctx, now, []match{{rule: rs.list[i]}})
+	if err != nil || len(us) == 0 {
+		return nil, err
+	}
+	return &us[0], nil
 }
 
 func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleUsage, error) {

@@ -107,8 +107,9 @@ func (in *instance) chat(t *testing.T, key string, hdr ...string) int {
 }
 
 type ruleDoc struct {
-	Key         string `json:"key"`
+	ID          string `json:"id"`
 	Source      string `json:"source"`
+	MaxTokens   int64  `json:"max_tokens"`
 	Version     int64  `json:"version"`
 	MaxRequests int64  `json:"max_requests"`
 	Usage       *struct {
@@ -135,7 +136,7 @@ func listRules(t *testing.T, in *instance) map[string]ruleDoc {
 	}
 	m := map[string]ruleDoc{}
 	for _, r := range out.RateLimits {
-		m[r.Key] = r
+		m[r.ID] = r
 	}
 	return m
 }
@@ -156,50 +157,96 @@ func TestAdminAPI(t *testing.T) {
 
 	// Create, read with live usage, update limits (counters kept), move
 	// (counters restart), delete.
-	s, body := a.call(t, "PUT", "/admin/rate-limits", master,
+	s, body := a.call(t, "POST", "/admin/rate-limits", master,
 		`{"user_path":"/team/alpha","limit_key":{"period":"minute"},"max_requests":100,"max_tokens":50000}`)
-	if s != 201 || !strings.Contains(string(body), `"version":1`) {
+	if s != 201 || !strings.Contains(string(body), `"version":1`) || !strings.Contains(string(body), `"id":"user_path:/team/alpha:minute"`) {
 		t.Fatalf("create: %d %s", s, body)
+	}
+	if s, body := a.call(t, "POST", "/admin/rate-limits", master,
+		`{"user_path":"/team/alpha","limit_key":{"period":"minute"},"max_requests":1}`); s != 409 || !strings.Contains(string(body), "already exists") {
+		t.Fatalf("create twice: %d %s", s, body)
 	}
 	if s := a.chat(t, master, "X-Tollgate-User-Path", "/team/alpha/app"); s != 200 {
 		t.Fatalf("chat: %d", s)
 	}
-	r := listRules(t, a)["user_path:/team/alpha:60"]
+	r := listRules(t, a)["user_path:/team/alpha:minute"]
 	if r.Source != "manual" || r.Usage == nil || r.Usage.Requests.Used != 1 || r.Usage.Requests.Remaining != 99 {
 		t.Fatalf("listed %+v", r)
 	}
-	if c := listRules(t, a)["user_path:/configured:60"]; c.Source != "config" {
-		t.Fatalf("config rule listed as %+v", c)
+	if c := listRules(t, a)["user_path:/configured:minute"]; c.Source != "config" {
+		t.Fatalf("config rule listed as %+v", listRules(t, a))
 	}
-	s, body = a.call(t, "PUT", "/admin/rate-limits", master,
-		`{"user_path":"/team/alpha","limit_key":{"period":"minute"},"max_requests":10,"version":1}`)
+	// GET one, by the id headers and /v1/usage give.
+	getOne := func(id string) (int, ruleDoc) {
+		s, body := a.call(t, "GET", "/admin/rate-limits/"+id, master, "")
+		var d ruleDoc
+		_ = json.Unmarshal(body, &d)
+		return s, d
+	}
+	if s, d := getOne("user_path:/team/alpha:minute"); s != 200 || d.Version != 1 || d.Usage == nil || d.Usage.Requests.Used != 1 {
+		t.Fatalf("get one: %d %+v", s, d)
+	}
+	if s, _ := getOne("user_path:/nobody:minute"); s != 404 {
+		t.Fatalf("get of nothing: %d", s)
+	}
+	if s, _ := getOne("user_path:/team:fortnight"); s != 404 {
+		t.Fatalf("get of a malformed id: %d", s)
+	}
+	// PUT replaces, and needs the version: none is 428, a stale one 409.
+	if s, body := a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10}`); s != 428 || !strings.Contains(string(body), "version") {
+		t.Fatalf("PUT without a version: %d %s", s, body)
+	}
+	if s, body := a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10,"version":7}`); s != 409 || !strings.Contains(string(body), `"version":1`) {
+		t.Fatalf("PUT with a stale version: %d %s", s, body)
+	}
+	s, body = a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10,"max_tokens":50000,"version":1}`)
 	if s != 200 || !strings.Contains(string(body), `"version":2`) {
 		t.Fatalf("update: %d %s", s, body)
 	}
-	if r := listRules(t, a)["user_path:/team/alpha:60"]; r.MaxRequests != 10 || r.Usage.Requests.Used != 1 {
+	if r := listRules(t, a)["user_path:/team/alpha:minute"]; r.MaxRequests != 10 || r.MaxTokens != 50000 || r.Usage.Requests.Used != 1 {
 		t.Fatalf("limits edit must keep counters: %+v", r)
 	}
+	// PATCH changes only what it sends.
+	s, body = a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":20}`)
+	if s != 200 || !strings.Contains(string(body), `"version":3`) {
+		t.Fatalf("patch: %d %s", s, body)
+	}
+	if _, d := getOne("user_path:/team/alpha:minute"); d.MaxRequests != 20 || d.MaxTokens != 50000 {
+		t.Fatalf("PATCH of max_requests changed more: %+v", d)
+	}
+	if s, _ := a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":30,"version":2}`); s != 409 {
+		t.Fatalf("PATCH with a stale version: %d", s)
+	}
+	if s, body := a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"user_path":"/elsewhere"}`); s != 400 || !strings.Contains(string(body), "move") {
+		t.Fatalf("PATCH of the identity: %d %s", s, body)
+	}
+	if s, _ := a.call(t, "PATCH", "/admin/rate-limits/user_path:/nobody:minute", master, `{"max_requests":3}`); s != 404 {
+		t.Fatalf("PATCH of nothing: %d", s)
+	}
 	s, body = a.call(t, "PUT", "/admin/rate-limits", master,
-		`{"user_path":"/team/alpha","limit_key":{"period":"hour"},"max_requests":10,"version":2,"from":{"user_path":"/team/alpha","limit_key":{"period":"minute"}}}`)
+		`{"user_path":"/team/alpha","limit_key":{"period":"hour"},"max_requests":10,"version":3,"from":{"id":"user_path:/team/alpha:minute"}}`)
 	if s != 200 {
 		t.Fatalf("move: %d %s", s, body)
 	}
 	rules := listRules(t, a)
-	if _, old := rules["user_path:/team/alpha:60"]; old {
+	if _, old := rules["user_path:/team/alpha:minute"]; old {
 		t.Fatal("the moved rule is still at its old key")
 	}
-	if r := rules["user_path:/team/alpha:3600"]; r.Usage == nil || r.Usage.Requests.Used != 0 {
+	if r := rules["user_path:/team/alpha:hour"]; r.Usage == nil || r.Usage.Requests.Used != 0 {
 		t.Fatalf("a moved rule's counters restart: %+v", r)
 	}
-	// Reset one rule, then everything.
+	// Reset one rule by its id, then everything.
 	if s := a.chat(t, master, "X-Tollgate-User-Path", "/team/alpha"); s != 200 {
 		t.Fatal(s)
 	}
-	if s, body := a.call(t, "POST", "/admin/rate-limits/reset-one", master, `{"scope":"user_path","subject":"/team/alpha","period":"hour"}`); s != 200 {
+	if s, body := a.call(t, "POST", "/admin/rate-limits/reset-one", master, `{"id":"user_path:/team/alpha:hour"}`); s != 200 || !strings.Contains(string(body), "user_path:/team/alpha:hour") {
 		t.Fatalf("reset-one: %d %s", s, body)
 	}
-	if r := listRules(t, a)["user_path:/team/alpha:3600"]; r.Usage.Requests.Used != 0 {
+	if r := listRules(t, a)["user_path:/team/alpha:hour"]; r.Usage.Requests.Used != 0 {
 		t.Fatalf("reset-one left %d", r.Usage.Requests.Used)
+	}
+	if s, body := a.call(t, "POST", "/admin/rate-limits/reset-one", master, `{"user_path":"/team/alpha","limit_key":{"period":"hour"}}`); s != 200 {
+		t.Fatalf("reset-one by limit_key: %d %s", s, body)
 	}
 	if s, _ := a.call(t, "POST", "/admin/rate-limits/reset", master, `{"confirmation":"yes"}`); s != 400 {
 		t.Fatalf("reset without the confirmation: %d", s)
@@ -207,39 +254,56 @@ func TestAdminAPI(t *testing.T) {
 	if s, _ := a.call(t, "POST", "/admin/rate-limits/reset", master, `{"confirmation":"reset"}`); s != 200 {
 		t.Fatalf("reset: %d", s)
 	}
-	if s, _ := a.call(t, "DELETE", "/admin/rate-limits", master, `{"user_path":"/team/alpha","limit_key":{"period":"hour"}}`); s != 200 {
+	if s, _ := a.call(t, "DELETE", "/admin/rate-limits/user_path:/team/alpha:hour", master, `{"version":1}`); s != 409 {
+		t.Fatalf("delete with a stale version: %d", s)
+	}
+	if s, _ := a.call(t, "DELETE", "/admin/rate-limits/user_path:/team/alpha:hour", master, ""); s != 200 {
 		t.Fatalf("delete: %d", s)
 	}
 	if s, _ := a.call(t, "DELETE", "/admin/rate-limits", master, `{"user_path":"/team/alpha","limit_key":{"period":"hour"}}`); s != 404 {
 		t.Fatalf("delete twice: %d", s)
 	}
-	if s, _ := a.call(t, "POST", "/admin/rate-limits/reset-one", master, `{"user_path":"/nope","period":"minute"}`); s != 404 {
+	if s, _ := a.call(t, "POST", "/admin/rate-limits/reset-one", master, `{"id":"user_path:/nope:minute"}`); s != 404 {
 		t.Fatalf("reset-one of nothing: %d", s)
 	}
 
 	// Config rules are read-only through the API.
 	for _, c := range []struct{ method, path, body string }{
-		{"PUT", "/admin/rate-limits", `{"user_path":"/configured","limit_key":{"period":"minute"},"max_requests":1}`},
-		{"DELETE", "/admin/rate-limits", `{"user_path":"/configured","limit_key":{"period":"minute"}}`},
+		{"POST", "/admin/rate-limits", `{"user_path":"/configured","limit_key":{"period":"minute"},"max_requests":1}`},
+		{"PUT", "/admin/rate-limits/user_path:/configured:minute", `{"max_requests":1,"version":1}`},
+		{"PATCH", "/admin/rate-limits/user_path:/configured:minute", `{"max_requests":1}`},
+		{"DELETE", "/admin/rate-limits/user_path:/configured:minute", ``},
 	} {
 		if s, body := a.call(t, c.method, c.path, master, c.body); s != 409 || !strings.Contains(string(body), "read-only") {
 			t.Fatalf("%s a config rule: %d %s", c.method, s, body)
 		}
 	}
-
-	// Invalid input lists every bad field.
-	s, body = a.call(t, "PUT", "/admin/rate-limits", master, `{"scope":"planet","limit_key":{"period":"fortnight"},"max_requests":-1}`)
-	var e struct {
-		Error struct {
-			Fields []struct{ Field, Message string } `json:"fields"`
-		} `json:"error"`
+	if s, d := getOne("user_path:/configured:minute"); s != 200 || d.Source != "config" || d.MaxRequests != 50 {
+		t.Fatalf("GET of a config rule: %d %+v", s, d)
 	}
-	_ = json.Unmarshal(body, &e)
-	if s != 400 || len(e.Error.Fields) < 3 {
+
+	// Invalid input lists every bad field, unknown fields among them.
+	fields := func(body []byte) map[string]bool {
+		var e struct {
+			Error struct {
+				Fields []struct{ Field, Message string } `json:"fields"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(body, &e)
+		m := map[string]bool{}
+		for _, f := range e.Error.Fields {
+			m[f.Field] = true
+		}
+		return m
+	}
+	s, body = a.call(t, "POST", "/admin/rate-limits", master,
+		`{"scope":"planet","limit_key":{"period":"fortnight","size":3},"max_requests":-1,"colour":"red","Shape":"round"}`)
+	if got := fields(body); s != 400 || !got["scope"] || !got["limit_key.period"] || !got["limit_key.size"] || !got["colour"] || !got["Shape"] || !got["max_requests"] {
 		t.Fatalf("invalid rule: %d %s", s, body)
 	}
-	if s, body := a.call(t, "PUT", "/admin/rate-limits", master, `{"user_path":"/x","limit_key":{"period":"minute"},"max_requests":1,"colour":"red"}`); s != 400 || !strings.Contains(string(body), "colour") {
-		t.Fatalf("unknown field: %d %s", s, body)
+	s, body = a.call(t, "PATCH", "/admin/rate-limits/user_path:/configured:minute", master, `{"max_requests":"ten"}`)
+	if s != 409 {
+		t.Fatalf("PATCH of a config rule with a bad body: %d %s", s, body)
 	}
 	if s, _ := a.call(t, "GET", "/admin/nothing", master, ""); s != 404 {
 		t.Fatalf("unknown admin route: %d", s)
@@ -252,11 +316,11 @@ func TestAdminConcurrentEdits(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
 	a := newInstance(t, prefix, time.Now(), nil)
 	b := newInstance(t, prefix, time.Now(), nil)
-	if s, body := a.call(t, "PUT", "/admin/rate-limits", master, `{"scope":"provider","subject":"openai","limit_key":{"period":"minute"},"max_requests":500}`); s != 201 {
+	if s, body := a.call(t, "POST", "/admin/rate-limits", master, `{"scope":"provider","subject":"openai","limit_key":{"period":"minute"},"max_requests":500}`); s != 201 {
 		t.Fatalf("create %d %s", s, body)
 	}
 	for round := range 5 {
-		version := listRules(t, a)["provider:openai:60"].Version
+		version := listRules(t, a)["provider:openai:minute"].Version
 		var wg sync.WaitGroup
 		statuses := make([]int, 2)
 		bodies := make([][]byte, 2)
@@ -298,7 +362,7 @@ func TestAdminChangesReachOtherInstances(t *testing.T) {
 	a := newInstance(t, prefix, t0, nil)
 	b := newInstance(t, prefix, t0, nil)
 
-	if s, _ := a.call(t, "PUT", "/admin/rate-limits", master, `{"user_path":"/team","limit_key":{"period":"minute"},"max_requests":100}`); s != 201 {
+	if s, _ := a.call(t, "POST", "/admin/rate-limits", master, `{"user_path":"/team","limit_key":{"period":"minute"},"max_requests":100}`); s != 201 {
 		t.Fatal(s)
 	}
 	b.clock.Add(configstore.DefaultInterval) // b looks at the store again
@@ -306,7 +370,7 @@ func TestAdminChangesReachOtherInstances(t *testing.T) {
 		t.Fatal(s)
 	}
 	// Tighten to 1 a minute through a: b's window already holds 1.
-	if s, _ := a.call(t, "PUT", "/admin/rate-limits", master, `{"user_path":"/team","limit_key":{"period":"minute"},"max_requests":1}`); s != 200 {
+	if s, _ := a.call(t, "PATCH", "/admin/rate-limits/user_path:/team:minute", master, `{"max_requests":1}`); s != 200 {
 		t.Fatal(s)
 	}
 	b.clock.Add(configstore.DefaultInterval / 2)

@@ -398,8 +398,8 @@ func TestAdminBudgets(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	in := newInstance(t, prefix, t0, config.Env{"TOLLGATE_CONFIG": writeConfig(t, budgetConfig)})
-	s, b := in.call(t, "PUT", "/admin/budgets", master, `{"user_path":"/lab","period":"day","amount_usd":"0.006"}`)
-	if s != 201 || !strings.Contains(string(b), `"amount_usd":"0.006"`) || !strings.Contains(string(b), `"key":"user_path:/lab:$day"`) {
+	s, b := in.call(t, "POST", "/admin/budgets", master, `{"user_path":"/lab","period":"day","amount_usd":"0.006"}`)
+	if s != 201 || !strings.Contains(string(b), `"amount_usd":"0.006"`) || !strings.Contains(string(b), `"id":"budget:user_path:/lab:day"`) {
 		t.Fatalf("create: %d %s", s, b)
 	}
 	for i := range 3 {
@@ -415,28 +415,34 @@ func TestAdminBudgets(t *testing.T) {
 	if s, b := in.call(t, "GET", "/admin/rate-limits", master, ""); s != 200 || strings.Contains(string(b), "$day") {
 		t.Fatalf("budgets listed as rate limits: %s", b)
 	}
+	if s, b := in.call(t, "PUT", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":1}`); s != 428 {
+		t.Fatalf("no version: %d %s", s, b)
+	}
 	if s, b := in.call(t, "PUT", "/admin/budgets", master, `{"user_path":"/lab","period":"day","amount_usd":1,"version":7}`); s != 409 {
 		t.Fatalf("stale version: %d %s", s, b)
 	}
-	if s, b := in.call(t, "PUT", "/admin/budgets", master, `{"user_path":"/lab","period":"day","amount_usd":1,"version":1}`); s != 200 ||
-		!strings.Contains(string(b), `"version":2`) {
+	if s, b := in.call(t, "PATCH", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":1}`); s != 200 ||
+		!strings.Contains(string(b), `"version":2`) || !strings.Contains(string(b), `"amount_usd":"1.00"`) {
 		t.Fatalf("update: %d %s", s, b)
 	}
 	if res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/lab/x"); res.StatusCode != 200 {
 		t.Fatalf("a raised budget keeps its spending and admits: %d", res.StatusCode)
 	}
-	if s, b := in.call(t, "POST", "/admin/budgets/reset-one", master, `{"user_path":"/lab","period":"day"}`); s != 200 {
+	if s, b := in.call(t, "GET", "/admin/budgets/budget:user_path:/lab:day", master, ""); s != 200 || !strings.Contains(string(b), `"spent_usd"`) {
+		t.Fatalf("get one: %d %s", s, b)
+	}
+	if s, b := in.call(t, "POST", "/admin/budgets/reset-one", master, `{"id":"budget:user_path:/lab:day"}`); s != 200 {
 		t.Fatalf("reset-one: %d %s", s, b)
 	}
-	if s, b := in.call(t, "PUT", "/admin/budgets", master, `{"user_path":"/team","period":"day","amount_usd":"5"}`); s != 409 ||
+	if s, b := in.call(t, "POST", "/admin/budgets", master, `{"user_path":"/team","period":"day","amount_usd":"5"}`); s != 409 ||
 		!strings.Contains(string(b), "configuration") {
 		t.Fatalf("config budget edited: %d %s", s, b)
 	}
-	s, b = in.call(t, "PUT", "/admin/budgets", master, `{"user_path":"lab","period":"fortnight","amount_usd":"0.0000001"}`)
+	s, b = in.call(t, "POST", "/admin/budgets", master, `{"user_path":"lab","period":"fortnight","amount_usd":"0.0000001"}`)
 	if s != 400 || !strings.Contains(string(b), "user_path") || !strings.Contains(string(b), "fortnight") || !strings.Contains(string(b), "six decimals") {
 		t.Fatalf("bad budget: %d %s", s, b)
 	}
-	if s, b := in.call(t, "DELETE", "/admin/budgets", master, `{"user_path":"/lab","period":"day","version":2}`); s != 200 {
+	if s, b := in.call(t, "DELETE", "/admin/budgets/budget:user_path:/lab:day", master, `{"version":2}`); s != 200 {
 		t.Fatalf("delete: %d %s", s, b)
 	}
 	if res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/lab/x"); res.StatusCode != 200 ||

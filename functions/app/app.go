@@ -101,6 +101,9 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 			return nil, err
 		}
 	}
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	rules := cfg.Rules
 	if !cfg.RateLimitsEnabled {
 		log.Warn("rate_limits.enabled is false: rules are loaded but not enforced")
@@ -277,9 +280,14 @@ func (a *App) Close() {
 	}
 }
 
-// Exit logs err and exits the process; for main functions only.
+// Exit reports err once and exits the process; for main functions only.
+// Inside Lambda the report is the JSON log line CloudWatch keeps; in a
+// terminal it is the text, one problem a line.
 func Exit(log *slog.Logger, err error) {
-	log.Error("cannot start", "err", err.Error())
-	fmt.Fprintln(os.Stderr, "tollgate:", err)
+	if os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" {
+		log.Error("cannot start", "err", err.Error())
+	} else {
+		fmt.Fprintln(os.Stderr, "tollgate:", err)
+	}
 	os.Exit(1)
 }

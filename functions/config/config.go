@@ -256,11 +256,19 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	var f file
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	// A type error (an unknown key, a string where a number goes) leaves
+	// the rest decoded: it is reported with every other problem, in one
+	// pass, not one run at a time.
+	var errs []error
 	if err := dec.Decode(&f); err != nil {
-		if errors.Is(err, errEOF) {
+		var te *yaml.TypeError
+		switch {
+		case errors.Is(err, errEOF):
 			return nil // empty file
+		case !errors.As(err, &te):
+			return yamlError(path, err)
 		}
-		return yamlError(path, err)
+		errs = append(errs, yamlError(path, err))
 	}
 	var root yaml.Node
 	_ = yaml.Unmarshal(data, &root)
@@ -272,7 +280,6 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 		return loc + ": " + dotted(keys...)
 	}
 
-	var errs []error
 	if rl := f.RateLimits; rl != nil {
 		if rl.Enabled != nil {
 			cfg.RateLimitsEnabled = *rl.Enabled

@@ -63,6 +63,15 @@ func TestBadFiles(t *testing.T) {
 		{"per_child_provider.yaml", []string{"rate_limits.providers[0].limits[0]: per_child: only user_path rules can be per child"}},
 		{"bad_path.yaml", []string{"rate_limits.user_paths[0].limits[0]: user_path: user path \"/team/../admin\" has a \"..\" segment"}},
 		{"no_limits.yaml", []string{"rate_limits.user_paths[0].limits[0]: no limit set"}},
+		// Unknown keys hide nothing: every other problem is listed with them.
+		{"unknown_and_more.yaml", []string{
+			`unknown_and_more.yaml:4: unknown key "bogus"`,
+			`unknown_and_more.yaml:6: unknown key "whatever"`,
+			`unknown_and_more.yaml:9: unknown key "nope"`,
+			`unknown_and_more.yaml:6: rate_limits.user_paths[0].limits[0]: user_path: user path "team" does not start with '/'`,
+			`unknown_and_more.yaml:6: rate_limits.user_paths[0].limits[0]: max_requests: negative limit -1`,
+			`unknown_and_more.yaml:8: gateway.lease_ttl: "soon" is not a duration`,
+		}},
 		{"many_errors.yaml", []string{
 			"many_errors.yaml:5: rate_limits.user_paths[0].limits[0]: user_path: user path \"team\" does not start with '/'",
 			"many_errors.yaml:9: rate_limits.user_paths[1].limits[0]: no limit set",
@@ -336,5 +345,21 @@ func TestBadPolicyFile(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
+	}
+}
+
+// The example's mock rule, kept when a real key replaces the mock, is
+// warned about: it names a provider that is not there.
+func TestWarnsOfRulesForMissingProviders(t *testing.T) {
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": "../gateway/tollgate.example.yaml", "OPENAI_API_KEY": "sk-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], `provider:mock:minute names provider "mock", which is not configured`) || !strings.Contains(w[0], "openai") {
+		t.Fatalf("warnings %q", w)
+	}
+	if cfg, _ := load(t, Env{"TOLLGATE_CONFIG": "../gateway/tollgate.example.yaml"}); len(cfg.Warnings()) != 0 {
+		t.Fatalf("with the mock there is nothing to warn of: %q", cfg.Warnings())
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // ProviderSpec is one provider instance.
@@ -206,4 +208,24 @@ func (cfg *Config) finishProviders(env Env) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Warnings lists what is allowed but probably not meant: a provider rule
+// or budget naming a provider that is not configured (the example's mock
+// rule, once a real key replaced the mock).
+func (cfg *Config) Warnings() []string {
+	known := map[string]bool{}
+	var names []string
+	for _, p := range cfg.Providers {
+		known[strings.ToLower(p.Name)] = true
+		names = append(names, p.Name)
+	}
+	var out []string
+	for _, r := range cfg.Rules {
+		if r.Scope == limiter.ScopeProvider && !known[strings.ToLower(r.Subject)] {
+			out = append(out, fmt.Sprintf("rule %s names provider %q, which is not configured, so it never applies (configured: %s)",
+				r.ID(), r.Subject, strings.Join(names, ", ")))
+		}
+	}
+	return out
 }

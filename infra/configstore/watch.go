@@ -44,6 +44,8 @@ type Watcher struct {
 	checked  time.Time
 	version  int64
 	loaded   bool
+	// everLoaded is set after the first load, which Load does not clear.
+	everLoaded bool
 	// started is when this process started watching, its standing when
 	// configurations disagree on a rule's shards (see layouts).
 	started time.Time
@@ -128,9 +130,16 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 	}
 	w.limiter.SetRules(rs)
 	w.mu.Lock()
-	w.version, w.loaded = snap.Version, true
+	changed := !w.everLoaded || snap.Version != w.version
+	w.version, w.loaded, w.everLoaded = snap.Version, true, true
 	w.mu.Unlock()
-	w.log.Info("rules loaded", "version", snap.Version, "rules", rs.Len(), "manual", len(snap.Rules))
+	// A reload that finds what was there (the admin API reloads on every
+	// read) is worth no line at INFO.
+	level := slog.LevelDebug
+	if changed {
+		level = slog.LevelInfo
+	}
+	w.log.Log(ctx, level, "rules loaded", "version", snap.Version, "rules", rs.Len(), "manual", len(snap.Rules))
 	return nil
 }
 

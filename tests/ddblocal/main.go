@@ -51,12 +51,28 @@ func run(args []string) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	logPath := filepath.Join(os.TempDir(), "dynamodb-local-"+strconv.Itoa(port)+".log")
+	// The engine's log goes to the repository's .dynamodb/ (git-ignored)
+	// and is removed after a run in which the engine did not fail.
+	root, err := repoRoot()
+	if err != nil {
+		return 1, err
+	}
+	logDir := filepath.Join(root, ".dynamodb")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return 1, err
+	}
+	logPath := filepath.Join(logDir, "dynamodb-local-"+strconv.Itoa(port)+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return 1, err
 	}
 	defer logFile.Close()
+	keepLog := false
+	defer func() {
+		if !keepLog {
+			_ = os.Remove(logPath)
+		}
+	}()
 
 	java := exec.Command("java",
 		"-Djava.library.path="+filepath.Join(filepath.Dir(jar), "DynamoDBLocal_lib"),
@@ -86,6 +102,7 @@ func run(args []string) (int, error) {
 	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
 	if err := waitReady(endpoint, exited); err != nil {
 		log, _ := os.ReadFile(logPath)
+		keepLog = true
 		return 1, fmt.Errorf("DynamoDB Local did not answer on %s: %w\n%s", endpoint, err, log)
 	}
 	fmt.Fprintf(os.Stderr, "ddblocal: DynamoDB Local %s on %s (log %s)\n", version(jar), endpoint, logPath)
@@ -118,6 +135,7 @@ func run(args []string) (int, error) {
 		case err := <-exited:
 			_ = cmd.Process.Kill()
 			<-done
+			keepLog = true
 			return 1, fmt.Errorf("DynamoDB Local exited during the run: %v (log %s)", err, logPath)
 		}
 	}

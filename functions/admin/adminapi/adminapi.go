@@ -8,9 +8,12 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,14 +81,10 @@ func New(cfg Config) (*Handler, error) {
 		h.config[r.Key()] = r
 	}
 	h.mux.HandleFunc("GET /admin/rate-limits", h.listRules)
-	h.mux.HandleFunc("PUT /admin/rate-limits", h.putRule)
-	h.mux.HandleFunc("DELETE /admin/rate-limits", h.deleteRule)
-	h.mux.HandleFunc("POST /admin/rate-limits/reset-one", h.resetOne)
 	h.mux.HandleFunc("POST /admin/rate-limits/reset", h.resetAll)
+	h.crudRoutes(rules)
 	h.mux.HandleFunc("GET /admin/budgets", h.listBudgets)
-	h.mux.HandleFunc("PUT /admin/budgets", h.putBudget)
-	h.mux.HandleFunc("DELETE /admin/budgets", h.deleteBudget)
-	h.mux.HandleFunc("POST /admin/budgets/reset-one", h.resetBudget)
+	h.crudRoutes(budgets)
 	h.mux.HandleFunc("POST /admin/explain", h.explain)
 	h.mux.HandleFunc("POST /admin/keys", h.createKey)
 	h.mux.HandleFunc("GET /admin/keys", h.listKeys)
@@ -148,27 +147,114 @@ func invalid(w http.ResponseWriter, fields []fieldError) {
 // maxBody bounds an admin request body.
 const maxBody = 1 << 20
 
-// decode reads a JSON body strictly (unknown fields are errors): 415 for a
-// body that says it is not JSON, 413 for one over maxBody.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+// decode reads a JSON body into v: 415 for a body that says it is not
+// JSON, 413 for one over maxBody, 400 for one that is not a JSON object.
+// Unknown fields and values of the wrong type are appended to errs, not
+// answered, so that a request's every problem is reported at once. It
+// returns the body.
+func decode(w http.ResponseWriter, r *http.Request, v any, errs *[]fieldError) ([]byte, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported Content-Type "+ct+": send application/json", nil)
-			return false
+			return nil, false
 		}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request body is larger than "+strconv.Itoa(maxBody)+" bytes", nil)
-			return false
+			return nil, false
 		}
-		invalid(w, []fieldError{{Field: "body", Message: err.Error()}})
-		return false
+		invalid(w, []fieldError{{Field: "body", Message: "could not read it: " + err.Error()}})
+		return nil, false
 	}
-	return true
+	if !isObject(body) {
+		invalid(w, []fieldError{{Field: "body", Message: "must be a JSON object"}})
+		return nil, false
+	}
+	*errs = append(*errs, unknownFields(body, reflect.TypeOf(v), "")...)
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			*errs = append(*errs, fieldError{Field: te.Field, Message: "must be a JSON " + jsonKind(te.Type) + ", not " + te.Value})
+		} else {
+			invalid(w, []fieldError{{Field: "body", Message: err.Error()}})
+			return nil, false
+		}
+	}
+	return body, true
+}
+
+func isObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
+}
+
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	}
+	return "number"
+}
+
+// unknownFields lists the members of the JSON object body that the struct
+// t (or what it points to) has no field for, at every depth, as
+// encoding/json matches them (case ignored, embedded structs flattened).
+func unknownFields(body []byte, t reflect.Type, prefix string) []fieldError {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	known := map[string]reflect.Type{}
+	jsonFields(t, known)
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var errs []fieldError
+	for _, k := range names {
+		ft, ok := known[strings.ToLower(k)]
+		if !ok {
+			errs = append(errs, fieldError{Field: prefix + k, Message: "unknown field"})
+			continue
+		}
+		errs = append(errs, unknownFields(m[k], ft, prefix+k+".")...)
+	}
+	return errs
+}
+
+func jsonFields(t reflect.Type, into map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported() && !f.Anonymous:
+		case f.Anonymous && name == "":
+			jsonFields(f.Type, into)
+		case name == "":
+			into[strings.ToLower(f.Name)] = f.Type
+		default:
+			into[strings.ToLower(name)] = f.Type
+		}
+	}
 }
 
 var errBadTags = errors.New(`tags are "k=v,k2=v2" or an object of strings`)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -27,7 +26,7 @@ type budgetInput struct {
 
 // budgetView is a budget as the API shows it.
 type budgetView struct {
-	Key       string       `json:"key"`
+	ID        string       `json:"id"`
 	Scope     string       `json:"scope"`
 	Subject   string       `json:"subject"`
 	Period    string       `json:"period"`
@@ -39,6 +38,8 @@ type budgetView struct {
 	UpdatedAt *time.Time   `json:"updated_at,omitempty"`
 	Usage     *budgetUsage `json:"usage"`
 	Note      string       `json:"note,omitempty"`
+
+	key limiter.RuleKey
 }
 
 // budgetUsage is a budget's current period: spent (settled), reserved by
@@ -53,7 +54,7 @@ type budgetUsage struct {
 
 func budgetViewOf(r limiter.Rule, version int64, updated time.Time) budgetView {
 	v := budgetView{
-		Key: string(r.Key()), Scope: r.Scope.String(), Subject: r.Subject, Period: r.Calendar.String(),
+		ID: r.ID(), key: r.Key(), Scope: r.Scope.String(), Subject: r.Subject, Period: r.Calendar.String(),
 		AmountUSD: limiter.FormatUSD(r.MaxCost), PerChild: r.PerChild, Shadow: r.Shadow, Source: r.Source.String(), Version: version,
 	}
 	if !updated.IsZero() {
@@ -111,47 +112,48 @@ func (h *Handler) listBudgets(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for i := range out {
-		if u, ok := usage[limiter.RuleKey(out[i].Key)]; ok {
+		if u, ok := usage[out[i].key]; ok {
 			out[i].Usage = budgetUsageOf(u)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"budgets": out, "version": snap.Version})
 }
 
-func (h *Handler) putBudget(w http.ResponseWriter, r *http.Request) {
-	var in budgetInput
-	if !decode(w, r, &in) {
-		return
-	}
-	var errs []fieldError
-	rule := in.identity.rule("", &errs, true)
+// build checks a budget body; see ruleInput.build.
+func (in *budgetInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rule {
+	rule := in.identity.ruleOr(base, errs, true)
 	rule.PerChild = rule.PerChild || in.PerChild
 	rule.Shadow, rule.Source = in.Shadow, limiter.SourceManual
 	if in.AmountUSD == "" {
-		errs = append(errs, fieldError{Field: "amount_usd", Message: "required: dollars per period, e.g. \"5.00\""})
+		*errs = append(*errs, fieldError{Field: "amount_usd", Message: "required: dollars per period, e.g. \"5.00\""})
 	} else if v, err := limiter.ParseUSD(strings.Trim(string(in.AmountUSD), `"`)); err != nil {
-		errs = append(errs, fieldError{Field: "amount_usd", Message: err.Error()})
+		*errs = append(*errs, fieldError{Field: "amount_usd", Message: err.Error()})
 	} else {
 		rule.MaxCost = v
 	}
-	if in.Version < 0 {
-		errs = append(errs, fieldError{Field: "version", Message: "must not be negative"})
-	}
 	if in.LimitKey != nil || in.Unit != "" {
-		errs = append(errs, fieldError{Field: "limit_key", Message: "a budget has a period (hour, day, week, month) only"})
+		*errs = append(*errs, fieldError{Field: "limit_key", Message: "a budget has a period (hour, day, week, month) only"})
 	}
-	from := limiter.RuleKey("")
-	if in.From != nil {
-		from = in.From.rule("from.", &errs, true).Key()
-	}
-	errs = withProblems(errs, rule)
-	if len(errs) > 0 {
-		invalid(w, errs)
-		return
-	}
-	h.saveRule(w, r, rule, from, in.Version, "budget", func(cr configstore.Rule) any { return budgetViewOf(cr.Rule, cr.Version, cr.UpdatedAt) })
+	return rule
 }
 
-func (h *Handler) deleteBudget(w http.ResponseWriter, r *http.Request) { h.deleteOne(w, r, true) }
+func (in *budgetInput) version() int64     { return in.Version }
+func (in *budgetInput) from() *identity    { return in.From }
+func (in *budgetInput) names() *identity   { return &in.identity }
+func (in *budgetInput) setVersion(v int64) { in.Version = v }
 
-func (h *Handler) resetBudget(w http.ResponseWriter, r *http.Request) { h.resetOneOf(w, r, true) }
+var budgets = &kind{
+	what: "budget", budget: true, collection: "/admin/budgets",
+	newInput: func() input { return &budgetInput{} },
+	inputOf: func(r limiter.Rule) input {
+		return &budgetInput{AmountUSD: json.Number(limiter.FormatUSD(r.MaxCost)), PerChild: r.PerChild, Shadow: r.Shadow}
+	},
+	view: func(r limiter.Rule, v int64, at time.Time) any { return budgetViewOf(r, v, at) },
+	viewWithUsage: func(r limiter.Rule, v int64, at time.Time, u *limiter.RuleUsage) any {
+		view := budgetViewOf(r, v, at)
+		if u != nil {
+			view.Usage = budgetUsageOf(*u)
+		}
+		return view
+	},
+}

@@ -59,10 +59,10 @@ type explainPrice struct {
 // charging nothing.
 func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 	var in explainInput
-	if !decode(w, r, &in) {
+	var errs []fieldError
+	if _, ok := decode(w, r, &in, &errs); !ok {
 		return
 	}
-	var errs []fieldError
 	if _, err := limiter.ParseUserPath(in.UserPath); err != nil {
 		errs = append(errs, fieldError{Field: "user_path", Message: err.Error()})
 	}

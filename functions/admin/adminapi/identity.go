@@ -1,6 +1,8 @@
 package adminapi
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/functions/config"
@@ -17,6 +19,9 @@ type limitKey struct {
 // identity names a rule or a budget: its subject, in one of the
 // shorthands or as scope and subject, and its period.
 type identity struct {
+	// ID is the rule's canonical id (limiter.Rule.ID), instead of the
+	// fields below.
+	ID       string `json:"id,omitempty"`
 	Scope    string `json:"scope,omitempty"`
 	Subject  string `json:"subject,omitempty"`
 	UserPath string `json:"user_path,omitempty"`
@@ -33,6 +38,52 @@ type identity struct {
 	Unit string `json:"unit,omitempty"`
 }
 
+// given reports whether any field names a rule.
+func (id *identity) given() bool {
+	return id.ID != "" || id.Scope != "" || id.Subject != "" || id.UserPath != "" || id.Tag != "" || id.Value != "" ||
+		id.Key != "" || id.LimitKey != nil || id.Period != nil || id.Unit != ""
+}
+
+// ruleOr returns base when the URL named the rule (the body must not name
+// another), else the rule the identity names.
+func (id *identity) ruleOr(base *limiter.Rule, errs *[]fieldError, budget bool) limiter.Rule {
+	if base == nil {
+		return id.rule("", errs, budget)
+	}
+	if id.given() {
+		*errs = append(*errs, fieldError{Field: "id", Message: "the URL names the " + kindWord(budget) +
+			`; to move it, PUT to the collection with "from"`})
+	}
+	r := *base
+	return r
+}
+
+func kindWord(budget bool) string {
+	if budget {
+		return "budget"
+	}
+	return "rule"
+}
+
+// byID returns the identity an id names, checking it is of the kind
+// asked for.
+func byID(id string, budget bool) (limiter.Rule, error) {
+	if budget && !strings.HasPrefix(id, "budget:") {
+		id = "budget:" + id
+	}
+	r, err := limiter.ParseRuleID(id)
+	if err != nil {
+		return limiter.Rule{}, err
+	}
+	if r.IsBudget() != budget {
+		if budget {
+			return limiter.Rule{}, fmt.Errorf("%s is a rate limit, not a budget: see /admin/rate-limits", id)
+		}
+		return limiter.Rule{}, fmt.Errorf("%s is a budget: see /admin/budgets", id)
+	}
+	return r, nil
+}
+
 // rule turns an identity into the rule it names (scope, subject,
 // per_child for each-subjects, and period, bucket or budget period),
 // appending what is wrong to errs. budget reads Period as a calendar
@@ -40,6 +91,18 @@ type identity struct {
 func (id identity) rule(prefix string, errs *[]fieldError, budget bool) limiter.Rule {
 	bad := func(f, m string) { *errs = append(*errs, fieldError{Field: prefix + f, Message: m}) }
 	var r limiter.Rule
+	if id.ID != "" {
+		other := id
+		other.ID = ""
+		if other.given() {
+			bad("id", "give id or the fields that name a rule, not both")
+		}
+		byid, err := byID(id.ID, budget)
+		if err != nil {
+			bad("id", err.Error())
+		}
+		return byid
+	}
 	shorthands := 0
 	for _, s := range []string{id.UserPath, id.Tag, id.Key} {
 		if s != "" {

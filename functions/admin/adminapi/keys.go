@@ -40,11 +40,11 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 		// Tags are fixed on the key: "k=v,k2=v2" or an object.
 		Tags any `json:"tags"`
 	}
-	if !decode(w, r, &in) {
+	var errs []fieldError
+	if _, ok := decode(w, r, &in, &errs); !ok {
 		return
 	}
 	now := h.cfg.Now()
-	var errs []fieldError
 	if _, err := limiter.ParseUserPath(in.UserPath); err != nil {
 		errs = append(errs, fieldError{Field: "user_path", Message: err.Error()})
 	}

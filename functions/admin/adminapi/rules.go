@@ -1,14 +1,11 @@
 package adminapi
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -33,7 +30,7 @@ type ruleInput struct {
 
 // ruleView is a rule as the API shows it.
 type ruleView struct {
-	Key             string     `json:"key"`
+	ID              string     `json:"id"`
 	Scope           string     `json:"scope"`
 	Subject         string     `json:"subject"`
 	LimitKey        limitKey   `json:"limit_key"`
@@ -55,11 +52,13 @@ type ruleView struct {
 	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
 	Usage           *UsageView `json:"usage"`
 	Note            string     `json:"note,omitempty"`
+
+	key limiter.RuleKey
 }
 
 func viewOf(r limiter.Rule, version int64, updated time.Time) ruleView {
 	v := ruleView{
-		Key: string(r.Key()), Scope: r.Scope.String(), Subject: r.Subject, LimitKey: limitKeyOf(r),
+		ID: r.ID(), key: r.Key(), Scope: r.Scope.String(), Subject: r.Subject, LimitKey: limitKeyOf(r),
 		MaxRequests: r.MaxRequests, MaxTokens: r.MaxTokens, MaxInputTokens: r.MaxInputTokens, MaxOutputTokens: r.MaxOutputTokens,
 		Priority: r.Priority, Always: r.Always, Shadow: r.Shadow,
 		PerChild: r.PerChild, Shards: r.Shards, Source: r.Source.String(), Version: version,
@@ -77,7 +76,11 @@ func viewOf(r limiter.Rule, version int64, updated time.Time) ruleView {
 		v.UpdatedAt = &updated
 	}
 	if r.PerChild {
-		v.Note = "counted per child path; a child's live usage is at GET /v1/usage"
+		v.Note = map[limiter.Scope]string{
+			limiter.ScopeUserPath: "counted per child path; a child's live usage is at GET /v1/usage",
+			limiter.ScopeTag:      "counted per value of the tag; a value's live usage is at GET /v1/usage",
+			limiter.ScopeKey:      "counted per key; a key's live usage is at GET /v1/usage with that key",
+		}[r.Scope]
 	}
 	return v
 }
@@ -159,62 +162,91 @@ func (h *Handler) listRules(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for i := range out {
-		if u, ok := usage[limiter.RuleKey(out[i].Key)]; ok {
+		if u, ok := usage[out[i].key]; ok {
 			out[i].Usage = UsageOf(u)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"rate_limits": out, "version": snap.Version})
 }
 
-func (h *Handler) putRule(w http.ResponseWriter, r *http.Request) {
-	var in ruleInput
-	if !decode(w, r, &in) {
-		return
-	}
-	var errs []fieldError
-	rule := in.identity.rule("", &errs, false)
-	if in.Period != nil {
-		errs = append(errs, fieldError{Field: "period", Message: "use limit_key"})
+// build checks a rule body and returns the rule it describes: the rule
+// base names (from the URL) with the body's limits, or, with no base, the
+// rule the body names.
+func (in *ruleInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rule {
+	rule := in.identity.ruleOr(base, errs, false)
+	if in.Period != nil && base == nil && in.ID == "" {
+		*errs = append(*errs, fieldError{Field: "period", Message: "use limit_key"})
 	}
 	rule.PerChild = rule.PerChild || in.PerChild
 	rule.Shards, rule.Source = in.Shards, limiter.SourceManual
 	rule.Priority, rule.Always, rule.Shadow = in.Priority, in.Always, in.Shadow
 	var err error
 	if rule.Window, err = limiter.ParseWindow(in.Window); err != nil {
-		errs = append(errs, fieldError{Field: "window", Message: err.Error()})
+		*errs = append(*errs, fieldError{Field: "window", Message: err.Error()})
 	}
 	if rule.Bucket != nil {
+		rule.Bucket = &limiter.Bucket{Tokens: rule.Bucket.Tokens}
 		if in.Capacity == nil || in.RefillPerSecond == nil {
-			errs = append(errs, fieldError{Field: "capacity", Message: "a bucket needs capacity and refill_per_second"})
+			*errs = append(*errs, fieldError{Field: "capacity", Message: "a bucket needs capacity and refill_per_second"})
 		} else {
 			rule.Bucket.Capacity, rule.Bucket.RefillPerSecond = *in.Capacity, *in.RefillPerSecond
 		}
 		if in.MaxRequests != nil || in.MaxTokens != nil || in.MaxInputTokens != nil || in.MaxOutputTokens != nil {
-			errs = append(errs, fieldError{Field: "max_requests", Message: "a bucket has a capacity and a refill, not window limits"})
+			*errs = append(*errs, fieldError{Field: "max_requests", Message: "a bucket has a capacity and a refill, not window limits"})
 		}
 	} else {
 		rule.MaxRequests, rule.MaxTokens = deref(in.MaxRequests), deref(in.MaxTokens)
 		rule.MaxInputTokens, rule.MaxOutputTokens = deref(in.MaxInputTokens), deref(in.MaxOutputTokens)
 		if in.MaxRequests == nil && in.MaxTokens == nil && in.MaxInputTokens == nil && in.MaxOutputTokens == nil {
-			errs = append(errs, fieldError{Field: "max_requests", Message: "give at least one of max_requests, max_tokens, max_input_tokens, max_output_tokens (or a bucket's capacity)"})
+			*errs = append(*errs, fieldError{Field: "max_requests", Message: "give at least one of max_requests, max_tokens, max_input_tokens, max_output_tokens (or a bucket's capacity)"})
 		}
 		if in.Capacity != nil || in.RefillPerSecond != nil {
-			errs = append(errs, fieldError{Field: "capacity", Message: `a bucket's limit_key is {"period": "bucket"}`})
+			*errs = append(*errs, fieldError{Field: "capacity", Message: `a bucket's limit_key is {"period": "bucket"}`})
 		}
 	}
-	if in.Version < 0 {
-		errs = append(errs, fieldError{Field: "version", Message: "must not be negative"})
+	return rule
+}
+
+func (in *ruleInput) version() int64     { return in.Version }
+func (in *ruleInput) from() *identity    { return in.From }
+func (in *ruleInput) names() *identity   { return &in.identity }
+func (in *ruleInput) setVersion(v int64) { in.Version = v }
+
+// ruleInputOf is a rule's limits as a body: what a PATCH starts from.
+func ruleInputOf(r limiter.Rule) input {
+	in := &ruleInput{PerChild: r.PerChild, Shards: r.Shards, Priority: r.Priority, Always: r.Always, Shadow: r.Shadow}
+	if r.Window == limiter.WindowFixed {
+		in.Window = r.Window.String()
 	}
-	from := limiter.RuleKey("")
-	if in.From != nil {
-		from = in.From.rule("from.", &errs, false).Key()
+	if b := r.Bucket; b != nil {
+		c, f := b.Capacity, b.RefillPerSecond
+		in.Capacity, in.RefillPerSecond = &c, &f
+		return in
 	}
-	errs = withProblems(errs, rule)
-	if len(errs) > 0 {
-		invalid(w, errs)
-		return
+	for _, f := range []struct {
+		v   int64
+		dst **int64
+	}{{r.MaxRequests, &in.MaxRequests}, {r.MaxTokens, &in.MaxTokens}, {r.MaxInputTokens, &in.MaxInputTokens}, {r.MaxOutputTokens, &in.MaxOutputTokens}} {
+		if f.v != 0 {
+			v := f.v
+			*f.dst = &v
+		}
 	}
-	h.saveRule(w, r, rule, from, in.Version, "rule", func(cr configstore.Rule) any { return viewOf(cr.Rule, cr.Version, cr.UpdatedAt) })
+	return in
+}
+
+var rules = &kind{
+	what: "rule", collection: "/admin/rate-limits",
+	newInput: func() input { return &ruleInput{} },
+	inputOf:  ruleInputOf,
+	view:     func(r limiter.Rule, v int64, at time.Time) any { return viewOf(r, v, at) },
+	viewWithUsage: func(r limiter.Rule, v int64, at time.Time, u *limiter.RuleUsage) any {
+		view := viewOf(r, v, at)
+		if u != nil {
+			view.Usage = UsageOf(*u)
+		}
+		return view
+	},
 }
 
 // withProblems adds a rule's own problems to errs, but for fields errs
@@ -239,159 +271,16 @@ func withProblems(errs []fieldError, rule limiter.Rule) []fieldError {
 	return errs
 }
 
-// saveRule writes a checked rule or budget (what names it in messages),
-// moved from the key from if that is set, at version (0: whatever is
-// there now), and answers with view of what was saved.
-func (h *Handler) saveRule(w http.ResponseWriter, r *http.Request, rule limiter.Rule, from limiter.RuleKey, version int64, what string, view func(configstore.Rule) any) {
-	key := rule.Key()
-	for _, k := range []limiter.RuleKey{key, from} {
-		if _, isConfig := h.config[k]; isConfig && k != "" {
-			writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s comes from the configuration and is read-only here", what, k), nil)
-			return
-		}
-	}
-	ctx := r.Context()
-	if from == "" {
-		from = key
-	}
-	if version == 0 {
-		// No version: create, or update what is there now (the write is
-		// still conditional on that version, so a concurrent edit wins or
-		// loses as a whole).
-		if cur, ok := h.current(w, r, from); !ok {
-			return
-		} else if cur != nil {
-			version = cur.Version
-		}
-	}
-	saved, err := h.cfg.Store.PutRule(ctx, configstore.Rule{Rule: rule}, from, version)
-	var conflict *configstore.ConflictError
-	switch {
-	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s changed meanwhile (now version %d); read it and send that version", what, conflict.Current.Key(), conflict.Current.Version),
-			map[string]any{"current": view(conflict.Current)})
-		return
-	case errors.Is(err, configstore.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", what, from), nil)
-		return
-	case err != nil:
-		h.storeFailed(w, err)
-		return
-	}
-	h.reload(r)
-	status, verb := http.StatusOK, "updated"
-	switch {
-	case saved.Version == 1:
-		status, verb = http.StatusCreated, "created"
-	case from != key:
-		verb = "moved"
-	}
-	h.log.Info(what+" "+verb, "rule", string(key), "from", string(from), "version", saved.Version)
-	writeJSON(w, status, view(saved))
-}
-
-// current returns the manual rule at k, or nil.
-func (h *Handler) current(w http.ResponseWriter, r *http.Request, k limiter.RuleKey) (*configstore.Rule, bool) {
-	snap, err := h.cfg.Store.Snapshot(r.Context())
-	if err != nil {
-		h.storeFailed(w, err)
-		return nil, false
-	}
-	for _, m := range snap.Rules {
-		if m.Key() == k {
-			return &m, true
-		}
-	}
-	return nil, true
-}
-
-func (h *Handler) deleteRule(w http.ResponseWriter, r *http.Request) {
-	h.deleteOne(w, r, false)
-}
-
-// deleteOne deletes a manual rule or budget at the version given.
-func (h *Handler) deleteOne(w http.ResponseWriter, r *http.Request, budget bool) {
-	var in struct {
-		identity
-		Version int64 `json:"version"`
-	}
-	if !decode(w, r, &in) {
-		return
-	}
-	var errs []fieldError
-	key := in.identity.rule("", &errs, budget).Key()
-	if len(errs) > 0 {
-		invalid(w, errs)
-		return
-	}
-	what, view := "rule", func(cr configstore.Rule) any { return viewOf(cr.Rule, cr.Version, cr.UpdatedAt) }
-	if budget {
-		what, view = "budget", func(cr configstore.Rule) any { return budgetViewOf(cr.Rule, cr.Version, cr.UpdatedAt) }
-	}
-	if _, isConfig := h.config[key]; isConfig {
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s comes from the configuration and is read-only here", what, key), nil)
-		return
-	}
-	err := h.cfg.Store.DeleteRule(r.Context(), key, in.Version)
-	var conflict *configstore.ConflictError
-	switch {
-	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s is now at version %d", what, key, conflict.Current.Version),
-			map[string]any{"current": view(conflict.Current)})
-		return
-	case errors.Is(err, configstore.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", what, key), nil)
-		return
-	case err != nil:
-		h.storeFailed(w, err)
-		return
-	}
-	h.reload(r)
-	h.log.Info(what+" deleted", "rule", string(key))
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": string(key)})
-}
-
-func (h *Handler) resetOne(w http.ResponseWriter, r *http.Request) {
-	h.resetOneOf(w, r, false)
-}
-
-// resetOneOf starts new counters for one rule or budget.
-func (h *Handler) resetOneOf(w http.ResponseWriter, r *http.Request, budget bool) {
-	var in identity
-	if !decode(w, r, &in) {
-		return
-	}
-	var errs []fieldError
-	key := in.rule("", &errs, budget).Key()
-	if len(errs) > 0 {
-		invalid(w, errs)
-		return
-	}
-	what := map[bool]string{false: "rule", true: "budget"}[budget]
-	if _, ok := h.cfg.Limiter.Rules().Lookup(key); !ok {
-		if err := h.cfg.Watcher.Load(r.Context()); err != nil {
-			h.storeFailed(w, err)
-			return
-		}
-		if _, ok := h.cfg.Limiter.Rules().Lookup(key); !ok {
-			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", what, key), nil)
-			return
-		}
-	}
-	if err := h.cfg.Store.Regenerate(r.Context(), []limiter.RuleKey{key}); err != nil {
-		h.storeFailed(w, err)
-		return
-	}
-	h.reload(r)
-	h.log.Info(what+" counters reset", "rule", string(key))
-	writeJSON(w, http.StatusOK, map[string]any{"reset": string(key)})
-}
-
 func (h *Handler) resetAll(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Confirmation string `json:"confirmation"`
 	}
-	if !decode(w, r, &in) {
+	var errs []fieldError
+	if _, ok := decode(w, r, &in, &errs); !ok {
+		return
+	}
+	if len(errs) > 0 {
+		invalid(w, errs)
 		return
 	}
 	if in.Confirmation != "reset" {

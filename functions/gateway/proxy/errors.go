@@ -165,16 +165,11 @@ func setRateHeaders(h http.Header, d limiter.Decision) {
 	}
 }
 
-// ruleName names a rule in the x-tollgate-rule header:
-// "user_path:/team/alpha:minute", with a per_child rule's child resolved;
-// a budget is "budget:user_path:/team:day".
-func ruleName(r *limiter.Refusal) string {
-	name := r.Rule.Scope.String() + ":" + r.Subject() + ":" + r.Rule.PeriodName()
-	if r.Rule.IsBudget() {
-		return "budget:" + name
-	}
-	return name
-}
+// ruleName names a rule in the x-tollgate-rule header, logs and
+// /v1/usage: its canonical ID (limiter.Rule.ID), the one the admin API
+// takes in its URLs. What a per_child rule counted is the refusal's
+// subject, in its message.
+func ruleName(r *limiter.Refusal) string { return r.Rule.ID() }
 
 // setPolicyHeaders writes what a decision says beyond the x-ratelimit-*
 // headers: the tightest budget's remainder and reset, and the shadow
