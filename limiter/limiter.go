@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -75,6 +76,10 @@ type Request struct {
 	// batch submission, whose file may mix models and whose usage arrives
 	// much later.
 	UserPathOnly bool
+	// LeaseTTL, when set, is how long the lease holds its slots instead of
+	// the limiter's LeaseTTL: a Realtime session's maximum duration, held
+	// without renewal until it is ended or expires.
+	LeaseTTL time.Duration
 }
 
 // Admit decides whether req may go at now. Every matching rule is charged
@@ -89,7 +94,7 @@ type Request struct {
 // room. A refusal after which the store reclaimed slots is charged once
 // more, under a new lease.
 func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decision, error) {
-	if !validAmount(req.InputTokens) || !validAmount(req.OutputTokens) {
+	if !validAmount(req.InputTokens) || !validAmount(req.OutputTokens) || req.LeaseTTL < 0 {
 		return Decision{}, ErrInvalidAmount
 	}
 	var buf [16]match
@@ -337,7 +342,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 	return charges, &Lease{
 		ID:         req.ID,
 		AdmittedAt: now,
-		ExpiresAt:  now.Add(l.leaseTTL),
+		ExpiresAt:  now.Add(cmp.Or(req.LeaseTTL, l.leaseTTL)),
 		UserPath:   req.UserPath,
 		Provider:   req.Provider,
 		Model:      req.Model,

@@ -9,6 +9,7 @@ package providers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -37,12 +38,13 @@ const (
 	OpGenerate                  // Gemini generateContent / streamGenerateContent
 	OpPassthrough               // /p/{provider}/…: sent as is
 	OpCountTokens               // Anthropic count_tokens, Gemini countTokens: free upstream
+	OpRealtime                  // POST /v1/realtime/client_secrets, /v1/realtime/sessions: a session's credentials
 )
 
 var opNames = map[Op]string{
 	OpChat: "chat", OpResponses: "responses", OpEmbeddings: "embeddings", OpMessages: "messages",
 	OpAudio: "audio", OpBatches: "batches", OpGenerate: "generate", OpPassthrough: "passthrough",
-	OpCountTokens: "count_tokens",
+	OpCountTokens: "count_tokens", OpRealtime: "realtime",
 }
 
 func (o Op) String() string {
@@ -99,6 +101,9 @@ type Result struct {
 	Limits UpstreamLimits
 	// BatchID is the id of a batch the upstream accepted (OpBatches).
 	BatchID string
+	// SessionID is the id of the Realtime session whose credentials the
+	// upstream minted (OpRealtime).
+	SessionID string
 }
 
 // BatchPoller is a provider whose batches the reconciler can follow to
@@ -191,4 +196,23 @@ type ModelLister interface {
 // name no model (batch submissions).
 type Supporter interface {
 	Supports(Op) bool
+}
+
+// RealtimeSessionID reads the session id from an answer to
+// /v1/realtime/client_secrets ({"value":…,"session":{"id":…}}) or
+// /v1/realtime/sessions ({"id":…,"client_secret":…}).
+func RealtimeSessionID(answer []byte) string {
+	var a struct {
+		ID      string `json:"id"`
+		Session struct {
+			ID string `json:"id"`
+		} `json:"session"`
+	}
+	if json.Unmarshal(answer, &a) != nil {
+		return ""
+	}
+	if a.Session.ID != "" {
+		return a.Session.ID
+	}
+	return a.ID
 }

@@ -203,6 +203,9 @@ func (a *App) BuildGateway() error {
 		Now:                a.Clock,
 		MaxWait:            a.Config.Gateway.MaxWait,
 		ClampFloor:         a.Config.Gateway.ClampFloor,
+
+		RealtimeMaxSession:    a.Config.Gateway.RealtimeMaxSession,
+		RealtimeSessionTokens: a.Config.Gateway.RealtimeSessionTokens,
 	}
 	if c, ok := a.Store.(proxy.Cooldowns); ok {
 		pc.Cooldowns = c
@@ -220,6 +223,9 @@ func (a *App) BuildGateway() error {
 	}
 	if bs, ok := a.ConfigStore.(batchStore); ok {
 		pc.Batches = batchRecorder{store: bs}
+	}
+	if ss, ok := a.ConfigStore.(sessionStore); ok {
+		pc.Sessions = sessions{store: ss}
 	}
 	a.Gateway, err = proxy.New(pc)
 	return err

@@ -116,3 +116,24 @@ func batchChargeID(b configstore.Batch, model string) string {
 	sum := sha256.Sum256([]byte(b.Provider + "\x00" + b.ID + "\x00" + model))
 	return "batch." + hex.EncodeToString(sum[:12])
 }
+
+// sessionStore is where Realtime sessions' leases wait for their end.
+type sessionStore interface {
+	PutSession(ctx context.Context, s configstore.Session) error
+	TakeSession(ctx context.Context, id string) (configstore.Session, error)
+}
+
+// sessions adapts the config store to the gateway.
+type sessions struct{ store sessionStore }
+
+func (s sessions) PutSession(ctx context.Context, r proxy.SessionRecord) error {
+	return s.store.PutSession(ctx, configstore.Session{Provider: r.Provider, ID: r.ID, UserPath: r.UserPath, Lease: r.Lease})
+}
+
+func (s sessions) TakeSession(ctx context.Context, id string) (proxy.SessionRecord, error) {
+	got, err := s.store.TakeSession(ctx, id)
+	if errors.Is(err, configstore.ErrNotFound) {
+		return proxy.SessionRecord{}, proxy.ErrUnknownSession
+	}
+	return proxy.SessionRecord{Provider: got.Provider, ID: got.ID, UserPath: got.UserPath, Lease: got.Lease}, err
+}

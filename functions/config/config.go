@@ -80,6 +80,11 @@ type Gateway struct {
 	// a lower output cap of at least this many tokens
 	// (gateway.clamp_max_tokens_floor; 0 = off).
 	ClampFloor int64
+	// RealtimeMaxSession is how long a Realtime session holds its slot
+	// unless ended (gateway.realtime_max_session, 30m);
+	// RealtimeSessionTokens what it reserves (gateway.realtime_session_tokens, 0).
+	RealtimeMaxSession    time.Duration
+	RealtimeSessionTokens int64
 	// MaxOutputTokens caps every output reservation, for models whose
 	// maximum output is not known (gateway.max_output_tokens, 128000).
 	MaxOutputTokens int64
@@ -243,6 +248,8 @@ type gatewaySpec struct {
 	MaxOutputTokens  *int64            `yaml:"max_output_tokens"`
 	StreamWrite      string            `yaml:"stream_write_timeout"`
 	Completion       string            `yaml:"completion_timeout"`
+	RealtimeSession  string            `yaml:"realtime_max_session"`
+	RealtimeTokens   int64             `yaml:"realtime_session_tokens"`
 }
 
 // maxRequestTokens bounds every token count in the configuration, as
@@ -374,6 +381,17 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 				cfg.Gateway.MaxWait[route] = d
 			}
 		}
+		if g.RealtimeSession != "" {
+			d, err := time.ParseDuration(g.RealtimeSession)
+			if err != nil || d < time.Minute || d > 24*time.Hour {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 1m to 24h", at("gateway", "realtime_max_session"), g.RealtimeSession))
+			}
+			cfg.Gateway.RealtimeMaxSession = d
+		}
+		if g.RealtimeTokens < 0 || g.RealtimeTokens > maxRequestTokens {
+			errs = append(errs, fmt.Errorf("%s: must be from 0 to %d", at("gateway", "realtime_session_tokens"), maxRequestTokens))
+		}
+		cfg.Gateway.RealtimeSessionTokens = g.RealtimeTokens
 		if g.ClampFloor < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", at("gateway", "clamp_max_tokens_floor")))
 		}

@@ -12,14 +12,15 @@ import (
 
 // Memory is the in-process store of a local process.
 type Memory struct {
-	mu      sync.Mutex
-	rules   map[limiter.RuleKey]Rule
-	gens    map[limiter.RuleKey]string
-	layouts map[limiter.RuleKey]Layout
-	keys    map[string]Key // by hash
-	batches map[string]Batch
-	version int64
-	now     func() time.Time
+	mu       sync.Mutex
+	rules    map[limiter.RuleKey]Rule
+	gens     map[limiter.RuleKey]string
+	layouts  map[limiter.RuleKey]Layout
+	keys     map[string]Key // by hash
+	batches  map[string]Batch
+	sessions map[string]Session
+	version  int64
+	now      func() time.Time
 }
 
 // NewMemory returns an empty Memory store.

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -98,7 +99,7 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, req *provid
 		}
 	}
 	usage := providers.Usage{InputTokens: req.InputTokens, OutputTokens: outputTokens(req.MaxTokens), Reported: true}
-	id := "mock-" + strconv.FormatInt(p.now().UnixNano(), 36)
+	id := "mock-" + strconv.FormatInt(p.now().UnixNano(), 36) + strconv.FormatUint(uint64(rand.Uint32()), 36)
 	switch req.Op {
 	case providers.OpChat:
 		if req.Stream {
@@ -125,6 +126,8 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, req *provid
 		return p.embeddings(w, req, usage)
 	case providers.OpCountTokens:
 		return countTokens(w, req)
+	case providers.OpRealtime:
+		return p.realtime(w, req, id)
 	case providers.OpMessages:
 		return p.messages(ctx, w, req, id, usage)
 	case providers.OpGenerate:
@@ -222,7 +225,7 @@ func (p *Provider) AcceptsAnyModel() bool { return true }
 func (p *Provider) Supports(op providers.Op) bool {
 	switch op {
 	case providers.OpChat, providers.OpResponses, providers.OpEmbeddings, providers.OpMessages, providers.OpGenerate,
-		providers.OpCountTokens:
+		providers.OpCountTokens, providers.OpRealtime:
 		return true
 	}
 	return false

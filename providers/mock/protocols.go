@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate/providers"
 	"github.com/tollgate/tollgate/providers/sse"
@@ -224,4 +225,21 @@ func countTokens(w http.ResponseWriter, req *providers.Request) (providers.Resul
 		return writeJSON(w, none, map[string]any{"totalTokens": req.InputTokens})
 	}
 	return writeJSON(w, none, map[string]any{"input_tokens": req.InputTokens})
+}
+
+// realtime mints fake Realtime credentials in the shape of the route
+// asked: client_secrets ({"value":…,"session":{…}}) or sessions.
+func (p *Provider) realtime(w http.ResponseWriter, req *providers.Request, id string) (providers.Result, error) {
+	expires := p.now().Add(time.Minute).Unix()
+	session := map[string]any{"id": "sess_" + id, "object": "realtime.session", "type": "realtime", "model": req.Model}
+	var body map[string]any
+	if strings.HasSuffix(req.Path, "/client_secrets") {
+		body = map[string]any{"value": "ek_mock_" + id, "expires_at": expires, "session": session}
+	} else {
+		body = session
+		body["client_secret"] = map[string]any{"value": "ek_mock_" + id, "expires_at": expires}
+	}
+	res, err := writeJSON(w, providers.Usage{}, body)
+	res.SessionID = "sess_" + id
+	return res, err
 }

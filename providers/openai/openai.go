@@ -125,6 +125,14 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, r *provider
 		return p.raw(ctx, w, r, http.MethodPost, p.cfg.BaseURL+"/batches", r.Body)
 	case providers.OpAudio:
 		return p.audio(ctx, w, r)
+	case providers.OpRealtime:
+		// The body goes as it is (the model is inside "session" for
+		// client_secrets); the ephemeral secret comes back untouched.
+		u := p.cfg.BaseURL + strings.TrimPrefix(r.Path, "/v1")
+		if az := p.cfg.Azure; az != nil {
+			u = p.cfg.BaseURL + "/openai" + r.Path + "?api-version=" + url.QueryEscape(az.APIVersion)
+		}
+		return p.raw(ctx, w, r, http.MethodPost, u, r.Body)
 	case providers.OpPassthrough:
 		u := p.cfg.BaseURL + r.Path
 		if r.Query != "" {
@@ -240,6 +248,9 @@ func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.
 	}
 	answer := providers.Pass(w, resp)
 	res.Usage, res.Usage.Reported = chatUsage(answer)
+	if r.Op == providers.OpRealtime && res.Status/100 == 2 {
+		res.SessionID = providers.RealtimeSessionID(answer)
+	}
 	if r.Op == providers.OpBatches && res.Status/100 == 2 {
 		if id, ok := jsonx.Member(answer, "id"); ok {
 			_ = json.Unmarshal(id, &res.BatchID)
@@ -252,7 +263,7 @@ func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.
 func (p *Provider) Supports(op providers.Op) bool {
 	switch op {
 	case providers.OpChat, providers.OpResponses, providers.OpEmbeddings, providers.OpAudio,
-		providers.OpBatches, providers.OpPassthrough:
+		providers.OpBatches, providers.OpPassthrough, providers.OpRealtime:
 		return true
 	}
 	return false

@@ -99,7 +99,37 @@ type Config struct {
 	NewID func() string
 	// Rand draws weighted targets; nil uses math/rand/v2.
 	Rand func() float64
+
+	// Sessions keeps the leases of Realtime sessions between the minting
+	// of their credentials and their end; without it a session's lease
+	// lasts until RealtimeMaxSession. RealtimeMaxSession is how long a
+	// session may hold its slot (30 min); RealtimeSessionTokens the tokens
+	// a session reserves (0: none).
+	Sessions              Sessions
+	RealtimeMaxSession    time.Duration
+	RealtimeSessionTokens int64
 }
+
+// Sessions records the leases of Realtime sessions.
+type Sessions interface {
+	PutSession(ctx context.Context, s SessionRecord) error
+	// TakeSession removes and returns a session, once; ErrUnknownSession
+	// when there is none.
+	TakeSession(ctx context.Context, id string) (SessionRecord, error)
+}
+
+// SessionRecord is the lease a Realtime session holds.
+type SessionRecord struct {
+	Provider, ID, UserPath string
+	Lease                  limiter.Lease
+}
+
+// ErrUnknownSession is TakeSession's answer for a session it does not hold.
+var ErrUnknownSession = errors.New("unknown realtime session")
+
+// DefaultRealtimeMaxSession is how long a Realtime session holds its slot
+// unless ended: OpenAI's maximum session length.
+const DefaultRealtimeMaxSession = 30 * time.Minute
 
 // BatchRecorder records submitted batches.
 type BatchRecorder interface {
@@ -153,6 +183,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.DefaultMaxTokens <= 0 {
 		cfg.DefaultMaxTokens = 1024
+	}
+	if cfg.RealtimeMaxSession <= 0 {
+		cfg.RealtimeMaxSession = DefaultRealtimeMaxSession
 	}
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
@@ -228,6 +261,9 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /v1/audio/transcriptions", h.audio)
 	h.mux.HandleFunc("POST /v1/audio/translations", h.audio)
 	h.mux.HandleFunc("POST /v1/batches", h.batches)
+	h.mux.HandleFunc("POST /v1/realtime/client_secrets", h.realtime)
+	h.mux.HandleFunc("POST /v1/realtime/sessions", h.realtime)
+	h.mux.HandleFunc("POST /v1/realtime/sessions/{id}/end", h.endSession)
 	h.mux.HandleFunc("GET /v1/models", h.models)
 	h.mux.HandleFunc("GET /v1/usage", h.usage)
 	h.mux.HandleFunc("/p/{provider}/{path...}", h.passthrough)

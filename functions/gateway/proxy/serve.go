@@ -34,6 +34,9 @@ type exchange struct {
 	userPathOnly bool
 	// noOutput reserves no output tokens (embeddings, audio).
 	noOutput bool
+	// session holds the lease past the answer: a Realtime session's, ended
+	// by the client or by its expiry.
+	session bool
 	// free charges no tokens at all (token counting, which the providers
 	// do not bill): inputTokens is only what the upstream is told.
 	free bool
@@ -91,6 +94,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	}
 	if ex.userPathOnly || ex.noOutput || ex.free || ex.op == providers.OpEmbeddings {
 		ex.reserveOut = 0
+	}
+	if ex.session {
+		ex.reserveOut = h.cfg.RealtimeSessionTokens
 	}
 	ex.inputTokens = min(max(ex.inputTokens, 0), limiter.MaxAmount)
 	waited, clamped := false, false
@@ -189,6 +195,9 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			Price:        price,
 			UserPathOnly: ex.userPathOnly,
 		}
+		if ex.session {
+			lr.LeaseTTL = h.cfg.RealtimeMaxSession
+		}
 		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
 		if err != nil {
 			if !h.cfg.FailOpen {
@@ -232,6 +241,9 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 // the default), never more than the model can produce (or the configured
 // maximum), times the completions it asks for.
 func (h *Handler) reservation(ex *exchange, model string) int64 {
+	if ex.session {
+		return min(ex.reserveOut, limiter.MaxAmount) // a whole session's, not one answer's
+	}
 	out := min(ex.reserveOut, h.cfg.MaxOutputTokens)
 	if m, ok := providers.MaxOutputTokens(model); ok {
 		out = min(out, m)
@@ -288,7 +300,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
 	hdr.Set("X-Tollgate-Model", t.Model)
 	tw := &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.StreamWriteTimeout}
-	stopRenewing := h.renewWhileRunning(r.Context(), d.Lease, reqID)
+	stopRenewing := func() {}
+	if !ex.session {
+		stopRenewing = h.renewWhileRunning(r.Context(), d.Lease, reqID)
+	}
 	res, err := t.Provider.Serve(r.Context(), tw, &providers.Request{
 		Op:          ex.op,
 		Model:       t.Model,
@@ -326,7 +341,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		used = limiter.Usage{Exact: perr.Status != 0}
 	}
 	clientGone := r.Context().Err() != nil
-	h.complete(r.Context(), d.Lease, used, reqID)
+	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, reqID)) {
+		h.complete(r.Context(), d.Lease, used, reqID)
+	}
 	if perr == nil {
 		h.coolDownIfExhausted(r.Context(), t, res.Limits)
 	}
