@@ -212,6 +212,7 @@ func (a *App) BuildGateway() error {
 	}
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh
+		pc.Pauses = a.Watcher.Pauses
 		// The gateway agrees shard layouts with the other instances.
 		a.Watcher.RecordLayouts()
 		if err := a.Watcher.Load(context.Background()); err != nil {

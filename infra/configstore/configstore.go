@@ -34,6 +34,9 @@ type Snapshot struct {
 	Generations map[limiter.RuleKey]string
 	// Layouts are the recorded shard layouts, by rule key.
 	Layouts map[limiter.RuleKey]Layout
+	// Pauses are the pauses set through the admin API, lifted or not
+	// (one whose Until has passed no longer holds).
+	Pauses []limiter.Pause
 	// Version changes with every write.
 	Version int64
 }

@@ -219,6 +219,9 @@ func (d *Dynamo) Snapshot(ctx context.Context) (Snapshot, error) {
 	for _, item := range layouts {
 		s.Layouts[limiter.RuleKey(getS(item, "sk"))] = decodeLayout(item)
 	}
+	if s.Pauses, err = d.pauses(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	return s, nil
 }
 

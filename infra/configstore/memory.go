@@ -19,6 +19,7 @@ type Memory struct {
 	keys     map[string]Key // by hash
 	batches  map[string]Batch
 	sessions map[string]Session
+	pauses   map[string]limiter.Pause
 	version  int64
 	now      func() time.Time
 }
@@ -45,6 +46,10 @@ func (m *Memory) Snapshot(context.Context) (Snapshot, error) {
 	for k, l := range m.layouts {
 		s.Layouts[k] = l
 	}
+	for _, p := range m.pauses {
+		s.Pauses = append(s.Pauses, p)
+	}
+	sortPauses(s.Pauses)
 	return s, nil
 }
 

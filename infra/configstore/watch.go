@@ -53,6 +53,17 @@ type Watcher struct {
 	record  atomic.Bool
 	// budgetZone aligns the admin API's budgets, as the config's are.
 	budgetZone atomic.Pointer[time.Location]
+	// pauses are the admin API's pauses as last loaded.
+	pauses atomic.Pointer[[]limiter.Pause]
+}
+
+// Pauses returns the pauses as last loaded, which Refresh keeps as fresh
+// as the rules.
+func (w *Watcher) Pauses() []limiter.Pause {
+	if p := w.pauses.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // AlignBudgets sets the zone the admin API's budgets' periods are aligned
@@ -129,6 +140,8 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 		return err
 	}
 	w.limiter.SetRules(rs)
+	pauses := snap.Pauses
+	w.pauses.Store(&pauses)
 	w.mu.Lock()
 	changed := !w.everLoaded || snap.Version != w.version
 	w.version, w.loaded, w.everLoaded = snap.Version, true, true

@@ -33,6 +33,8 @@ type Store interface {
 	KeyByHash(ctx context.Context, hash string) (configstore.Key, error)
 	Keys(ctx context.Context) ([]configstore.Key, error)
 	RevokeKey(ctx context.Context, id string) (configstore.Key, error)
+	PutPause(ctx context.Context, p limiter.Pause) error
+	DeletePause(ctx context.Context, key string) error
 }
 
 // Config configures a Handler.
@@ -86,6 +88,9 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /admin/budgets", h.listBudgets)
 	h.crudRoutes(budgets)
 	h.mux.HandleFunc("POST /admin/explain", h.explain)
+	h.mux.HandleFunc("GET /admin/pauses", h.listPauses)
+	h.mux.HandleFunc("POST /admin/pause", h.pause)
+	h.mux.HandleFunc("DELETE /admin/pause", h.unpause)
 	h.mux.HandleFunc("POST /admin/keys", h.createKey)
 	h.mux.HandleFunc("GET /admin/keys", h.listKeys)
 	h.mux.HandleFunc("DELETE /admin/keys/{id}", h.revokeKey)

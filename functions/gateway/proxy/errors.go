@@ -226,3 +226,32 @@ func setRetryAfter(h http.Header, d time.Duration) {
 		h.Set(headerShouldRetry, "false")
 	}
 }
+
+// DecisionPaused is x-tollgate-decision for a request refused by a pause.
+const DecisionPaused = "paused"
+
+// writePause writes the 503 of a paused scope, with its reason and, when
+// the pause has an end, the wait until it.
+func writePause(w http.ResponseWriter, proto providers.Protocol, p limiter.Pause, wait time.Duration) {
+	h := w.Header()
+	h.Set(headerDecision, DecisionPaused)
+	h.Set(headerRule, p.ID())
+	subject := p.Subject
+	if p.Scope != limiter.ScopeUserPath {
+		subject = p.Scope.String() + " " + subject
+	}
+	msg := "requests for " + subject + " are paused"
+	if p.Reason != "" {
+		msg += ": " + p.Reason
+	}
+	var delay time.Duration
+	if !p.Until.IsZero() && wait > 0 {
+		delay = wait
+		setRetryAfter(h, delay)
+		msg += " (until " + p.Until.UTC().Format(time.RFC3339) + ")"
+	} else {
+		h.Set(headerShouldRetry, "false")
+	}
+	writeError(w, proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: "paused",
+		message: msg, decision: DecisionPaused, reason: "PAUSED"}, delay)
+}

@@ -108,6 +108,11 @@ type Config struct {
 	Sessions              Sessions
 	RealtimeMaxSession    time.Duration
 	RealtimeSessionTokens int64
+
+	// Pauses, when set, returns the pauses in force (the admin API's, kept
+	// fresh by Refresh): requests they match are refused with 503 and the
+	// pause's reason, a paused provider or model routed around.
+	Pauses func() []limiter.Pause
 }
 
 // Sessions records the leases of Realtime sessions.

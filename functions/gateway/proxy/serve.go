@@ -143,6 +143,7 @@ type skip struct {
 	retryable bool
 	decision  *limiter.Decision
 	cooldown  *cooldown
+	pause     *limiter.Pause
 }
 
 type cooldown struct {
@@ -160,6 +161,10 @@ func (a *skip) sooner(b *skip) bool {
 func (sk *skip) write(w http.ResponseWriter, proto providers.Protocol, now time.Time) {
 	if sk.decision != nil {
 		writeRefusal(w, proto, *sk.decision)
+		return
+	}
+	if sk.pause != nil {
+		writePause(w, proto, *sk.pause, sk.wait)
 		return
 	}
 	writeCooldown(w, proto, sk.cooldown, now)
@@ -197,6 +202,18 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		}
 		if ex.session {
 			lr.LeaseTTL = h.cfg.RealtimeMaxSession
+		}
+		if h.cfg.Pauses != nil {
+			if p, paused := limiter.Paused(h.cfg.Pauses(), now, lr.Subject); paused {
+				h.log.Info("refused: paused", "request_id", reqID, "user_path", ex.caller.UserPath, "provider", t.Provider.Name(),
+					"target_model", t.Model, "pause", p.ID(), "reason", p.Reason, "next_target", !p.Consumer())
+				sk := &skip{pause: &p, retryable: !p.Until.IsZero(), wait: p.Until.Sub(now)}
+				if p.Consumer() {
+					return outcome{skip: sk}
+				}
+				consider(sk)
+				continue
+			}
 		}
 		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
 		if err != nil {
