@@ -13,7 +13,7 @@ import (
 // tag or a key refuses outright.
 type Pause struct {
 	Scope   Scope
-	Subject string // as for rules: "/team", "openai", "openai/gpt-4o", "env=prod" or "env", a key id or "*"
+	Subject string    // as for rules: "/team", "openai", "openai/gpt-4o", "env=prod" or "env", a key id or "*"
 	Until   time.Time // zero: until lifted
 	Reason  string
 	Since   time.Time
