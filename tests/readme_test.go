@@ -18,7 +18,7 @@ import (
 // readmeBlock is one fenced shell block of README.md.
 type readmeBlock struct {
 	line   int    // of the opening fence
-	marker string // the HTML comment just before it: "illustrative: …", "run: output below", or ""
+	marker string // the HTML comment just before it: "illustrative: …", "run: output below", "run: errors expected", or ""
 	script string
 	// output is the fenced block right after, for "run: output below".
 	output string
@@ -144,7 +144,8 @@ func TestReadmeCommands(t *testing.T) {
 		}
 		ran++
 		script := strings.ReplaceAll(b.script, "127.0.0.1:8080", addr)
-		check := b.marker != "run: output below"
+		// "run: errors expected" runs a block that shows an error answer.
+		check := b.marker != "run: output below" && b.marker != "run: errors expected"
 		prelude := "set -uo pipefail\n"
 		if check {
 			// Any HTTP error fails the block.
@@ -163,7 +164,7 @@ func TestReadmeCommands(t *testing.T) {
 				b.line, err, b.script, stdout.String(), stderr.String())
 			continue
 		}
-		if !check {
+		if b.marker == "run: output below" {
 			got := digitsRE.ReplaceAllString(strings.TrimSpace(strings.ReplaceAll(stdout.String(), "\r", "")), "N")
 			want := digitsRE.ReplaceAllString(strings.TrimSpace(b.output), "N")
 			if got != want {

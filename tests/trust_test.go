@@ -284,7 +284,7 @@ func TestWaitAndClamp(t *testing.T) {
 		{Scope: limiter.ScopeUserPath, Subject: "/wait", Period: 2 * time.Second, MaxRequests: 1},
 		{Scope: limiter.ScopeUserPath, Subject: "/clamp", Period: time.Minute, MaxTokens: 400},
 	}, func(c *proxy.Config) {
-		c.MaxWait = map[string]time.Duration{"chat": 5 * time.Second}
+		c.Classes = map[string]time.Duration{"standard": 5 * time.Second}
 		c.ClampFloor = 100
 		c.Sleep = func(_ context.Context, d time.Duration) error { slept = append(slept, d); clock.Add(d); return nil }
 	})

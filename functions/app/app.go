@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -201,7 +203,8 @@ func (a *App) BuildGateway() error {
 		FailOpen:           s.StoreFailure == "open",
 		Logger:             a.Log,
 		Now:                a.Clock,
-		MaxWait:            a.Config.Gateway.MaxWait,
+		Classes:            a.Config.Shaping.Classes,
+		DefaultClass:       a.Config.Shaping.DefaultClass,
 		ClampFloor:         a.Config.Gateway.ClampFloor,
 
 		RealtimeMaxSession:    a.Config.Gateway.RealtimeMaxSession,
@@ -250,6 +253,7 @@ func (a *App) BuildAdmin() error {
 		Watcher:     a.Watcher,
 		MasterKey:   s.MasterKey,
 		Prices:      a.Config.PriceTable(),
+		Classes:     slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
 		DevMode:     s.MasterKey == "",
 		Logger:      a.Log,
 		Now:         a.Clock,
@@ -277,7 +281,7 @@ func (k keyResolver) Lookup(ctx context.Context, secret string) (proxy.KeyInfo, 
 	if errors.Is(err, configstore.ErrNotFound) {
 		return proxy.KeyInfo{}, proxy.ErrUnknownKey
 	}
-	return proxy.KeyInfo{ID: key.ID, UserPath: key.UserPath, Tags: key.Tags}, err
+	return proxy.KeyInfo{ID: key.ID, UserPath: key.UserPath, Tags: key.Tags, Class: key.Class}, err
 }
 
 // Close releases what the app holds.

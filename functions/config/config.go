@@ -35,6 +35,7 @@ type Config struct {
 	RateLimitsEnabled bool
 
 	Gateway  Gateway
+	Shaping  Shaping
 	Store    StoreOptions
 	Settings Settings
 
@@ -64,6 +65,15 @@ type StoreOptions struct {
 	LeaseIndexShards int
 }
 
+// Shaping holds the shaping section: traffic classes and how long a
+// request of each may wait out a refusal.
+type Shaping struct {
+	// Classes maps a class name to its longest wait (shaping.classes.<name>.max_wait).
+	Classes map[string]time.Duration
+	// DefaultClass is a request's that names none (shaping.default_class).
+	DefaultClass string
+}
+
 // Gateway holds the gateway options of the file's gateway section.
 type Gateway struct {
 	// DefaultMaxTokens is the output reservation of a request that sets no
@@ -73,9 +83,6 @@ type Gateway struct {
 	MaxBodyBytes int64
 	// LeaseTTL bounds how long a request whose process died holds its slot.
 	LeaseTTL time.Duration
-	// MaxWait, by route, lets a short Retry-After be waited out once
-	// instead of answered with 429 (gateway.max_wait; off by default).
-	MaxWait map[string]time.Duration
 	// ClampFloor lets a request refused for its token reservation go with
 	// a lower output cap of at least this many tokens
 	// (gateway.clamp_max_tokens_floor; 0 = off).
@@ -115,6 +122,7 @@ func Environ() Env {
 func Load(env Env) (*Config, error) {
 	cfg := &Config{
 		RateLimitsEnabled: true,
+		Shaping:           Shaping{Classes: proxyDefaultClasses(), DefaultClass: "standard"},
 		Gateway: Gateway{
 			DefaultMaxTokens:   1024,
 			MaxBodyBytes:       10 << 20,
@@ -174,9 +182,17 @@ type file struct {
 	BudgetTimezone string               `yaml:"budget_timezone"`
 	Prices         map[string]priceSpec `yaml:"prices"`
 	Gateway        *gatewaySpec         `yaml:"gateway"`
+	Shaping        *shapingSpec         `yaml:"shaping"`
 	Store          *storeSpec           `yaml:"store"`
 	Providers      []providerYAML       `yaml:"providers"`
 	Models         []aliasYAML          `yaml:"models"`
+}
+
+type shapingSpec struct {
+	Classes map[string]struct {
+		MaxWait string `yaml:"max_wait"`
+	} `yaml:"classes"`
+	DefaultClass string `yaml:"default_class"`
 }
 
 type storeSpec struct {
@@ -240,24 +256,22 @@ type limitSpec struct {
 }
 
 type gatewaySpec struct {
-	DefaultMaxTokens *int64            `yaml:"default_max_tokens"`
-	MaxBodyBytes     *int64            `yaml:"max_body_bytes"`
-	LeaseTTL         string            `yaml:"lease_ttl"`
-	MaxWait          map[string]string `yaml:"max_wait"`
-	ClampFloor       int64             `yaml:"clamp_max_tokens_floor"`
-	MaxOutputTokens  *int64            `yaml:"max_output_tokens"`
-	StreamWrite      string            `yaml:"stream_write_timeout"`
-	Completion       string            `yaml:"completion_timeout"`
-	RealtimeSession  string            `yaml:"realtime_max_session"`
-	RealtimeTokens   int64             `yaml:"realtime_session_tokens"`
+	DefaultMaxTokens *int64 `yaml:"default_max_tokens"`
+	MaxBodyBytes     *int64 `yaml:"max_body_bytes"`
+	LeaseTTL         string `yaml:"lease_ttl"`
+	// MaxWait is refused with the way to the classes that replaced it.
+	MaxWait         map[string]string `yaml:"max_wait"`
+	ClampFloor      int64             `yaml:"clamp_max_tokens_floor"`
+	MaxOutputTokens *int64            `yaml:"max_output_tokens"`
+	StreamWrite     string            `yaml:"stream_write_timeout"`
+	Completion      string            `yaml:"completion_timeout"`
+	RealtimeSession string            `yaml:"realtime_max_session"`
+	RealtimeTokens  int64             `yaml:"realtime_session_tokens"`
 }
 
 // maxRequestTokens bounds every token count in the configuration, as
 // providers.MaxRequestTokens bounds the clients'.
 const maxRequestTokens = 1<<31 - 1
-
-// routes that may wait out a short Retry-After.
-var waitRoutes = map[string]bool{"chat": true, "responses": true, "embeddings": true, "messages": true, "generate": true, "audio": true}
 
 func (cfg *Config) loadFile(path string, data []byte) error {
 	var f file
@@ -367,19 +381,8 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			}
 			cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
 		}
-		for route, v := range g.MaxWait {
-			d, err := time.ParseDuration(v)
-			switch {
-			case !waitRoutes[route]:
-				errs = append(errs, fmt.Errorf("%s: unknown route %q (want chat, responses, embeddings, messages, generate or audio)", at("gateway", "max_wait"), route))
-			case err != nil || d < 0 || d > time.Minute:
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration between 0s and 1m", at("gateway", "max_wait", route), v))
-			default:
-				if cfg.Gateway.MaxWait == nil {
-					cfg.Gateway.MaxWait = map[string]time.Duration{}
-				}
-				cfg.Gateway.MaxWait[route] = d
-			}
+		if g.MaxWait != nil {
+			errs = append(errs, fmt.Errorf("%s: replaced by traffic classes: shaping.classes.<interactive|standard|batch|background>.max_wait (see README, Traffic classes)", at("gateway", "max_wait")))
 		}
 		if g.RealtimeSession != "" {
 			d, err := time.ParseDuration(g.RealtimeSession)
@@ -425,6 +428,25 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
 		}
 		cfg.Store.LeaseIndexShards = st.LeaseIndexShards
+	}
+	if sh := f.Shaping; sh != nil {
+		for name, c := range sh.Classes {
+			d, err := time.ParseDuration(c.MaxWait)
+			switch {
+			case !validClassName(name):
+				errs = append(errs, fmt.Errorf("%s: a class name is lower-case letters, digits, '-' and '_'", at("shaping", "classes", name)))
+			case err != nil || d < 0 || d > 15*time.Minute:
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 0s to 15m", at("shaping", "classes", name, "max_wait"), c.MaxWait))
+			default:
+				cfg.Shaping.Classes[name] = d
+			}
+		}
+		if sh.DefaultClass != "" {
+			if _, ok := cfg.Shaping.Classes[sh.DefaultClass]; !ok {
+				errs = append(errs, fmt.Errorf("%s: %q is not a class", at("shaping", "default_class"), sh.DefaultClass))
+			}
+			cfg.Shaping.DefaultClass = sh.DefaultClass
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -593,4 +615,25 @@ func yamlError(path string, err error) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// proxyDefaultClasses are the classes with their default waits, as the
+// gateway defines them (proxy.DefaultClasses, which config cannot import).
+func proxyDefaultClasses() map[string]time.Duration {
+	return map[string]time.Duration{
+		"interactive": 300 * time.Millisecond, "standard": 2 * time.Second,
+		"batch": 20 * time.Second, "background": time.Minute,
+	}
+}
+
+func validClassName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

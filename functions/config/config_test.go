@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -361,5 +362,29 @@ func TestWarnsOfRulesForMissingProviders(t *testing.T) {
 	}
 	if cfg, _ := load(t, Env{"TOLLGATE_CONFIG": "../gateway/tollgate.example.yaml"}); len(cfg.Warnings()) != 0 {
 		t.Fatalf("with the mock there is nothing to warn of: %q", cfg.Warnings())
+	}
+}
+
+func TestShapingClasses(t *testing.T) {
+	dir := t.TempDir()
+	write := func(yaml string) string {
+		p := dir + "/c.yaml"
+		if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": write("shaping:\n  default_class: batch\n  classes:\n    interactive: {max_wait: 100ms}\n    nightly: {max_wait: 5m}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Shaping.Classes; c["interactive"] != 100*time.Millisecond || c["nightly"] != 5*time.Minute || c["standard"] != 2*time.Second || cfg.Shaping.DefaultClass != "batch" {
+		t.Fatalf("shaping %+v", cfg.Shaping)
+	}
+	_, err = load(t, Env{"TOLLGATE_CONFIG": write("gateway:\n  max_wait: {chat: 2s}\nshaping:\n  default_class: nope\n  classes:\n    Bad Name: {max_wait: 1s}\n    slow: {max_wait: 1h}\n")})
+	for _, want := range []string{"gateway.max_wait: replaced by traffic classes", "default_class: \"nope\" is not a class", "a class name is lower-case", "not a duration from 0s to 15m"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
 	}
 }

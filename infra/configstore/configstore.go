@@ -52,6 +52,9 @@ type Key struct {
 	// Tags are fixed on the key: its requests carry them whatever they
 	// send in X-Tollgate-Tags.
 	Tags      []limiter.Tag
+	// Class is the traffic class of the key's requests ("" for the
+	// default), which X-Tollgate-Class cannot change.
+	Class string
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: never
 	Revoked   bool

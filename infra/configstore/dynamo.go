@@ -426,6 +426,9 @@ func keyItem(k Key) map[string]types.AttributeValue {
 	if len(k.Tags) > 0 {
 		item["tags"] = sv(limiter.FormatTags(k.Tags))
 	}
+	if k.Class != "" {
+		item["class"] = sv(k.Class)
+	}
 	if !k.ExpiresAt.IsZero() {
 		item["expires_at"] = nv(k.ExpiresAt.UnixMilli())
 	}
@@ -441,6 +444,7 @@ func decodeKey(item map[string]types.AttributeValue) Key {
 		k.ExpiresAt = time.UnixMilli(ms).UTC()
 	}
 	k.Tags, _ = limiter.ParseTags(getS(item, "tags")) // written valid by PutKey
+	k.Class = getS(item, "class")
 	return k
 }
 

@@ -50,6 +50,8 @@ type Config struct {
 	MasterKey string
 	// Prices price explained requests (nil: the built-in table).
 	Prices *pricing.Table
+	// Classes are the traffic classes a key may be given (nil: any).
+	Classes []string
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
 	Logger  *slog.Logger

@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
@@ -24,6 +28,7 @@ type KeyInfo struct {
 	ID       string
 	UserPath string
 	Tags     []limiter.Tag // fixed on the key
+	Class    string        // fixed on the key; "" for the default
 }
 
 // Keys resolves managed API keys.
@@ -43,6 +48,11 @@ type Caller struct {
 	Master   bool   // the master key (or dev mode)
 	KeyID    string // the managed key's id; "" for the master key
 	Tags     []limiter.Tag
+	// Class is the request's traffic class: the key's, else
+	// X-Tollgate-Class, else the default.
+	Class string
+	// keyClass is set when the key fixes the class.
+	keyClass bool
 }
 
 // secret extracts the caller's key: Authorization: Bearer, or the
@@ -101,9 +111,9 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 				message: "could not check the API key; try again"}, 0)
 			return Caller{}, false
 		}
-		c = Caller{UserPath: info.UserPath, KeyID: info.ID, Tags: info.Tags}
+		c = Caller{UserPath: info.UserPath, KeyID: info.ID, Tags: info.Tags, Class: info.Class, keyClass: info.Class != ""}
 	}
-	if !h.tags(w, r, proto, &c) {
+	if !h.tags(w, r, proto, &c) || !h.class(w, r, proto, &c) {
 		return Caller{}, false
 	}
 	requested, ok := r.Header[http.CanonicalHeaderKey(HeaderUserPath)]
@@ -148,4 +158,37 @@ func (h *Handler) tags(w http.ResponseWriter, r *http.Request, proto providers.P
 	}
 	c.Tags = given
 	return true
+}
+
+// HeaderClass names a request's traffic class: interactive, standard,
+// batch or background (or another the configuration defines).
+const HeaderClass = "X-Tollgate-Class"
+
+// class sets the caller's traffic class: the key's, else the header's,
+// else the default; an unknown class is a 400.
+func (h *Handler) class(w http.ResponseWriter, r *http.Request, proto providers.Protocol, c *Caller) bool {
+	if c.keyClass {
+		return true
+	}
+	c.Class = h.cfg.DefaultClass
+	v := strings.ToLower(strings.TrimSpace(r.Header.Get(HeaderClass)))
+	if v == "" {
+		return true
+	}
+	if _, ok := h.cfg.Classes[v]; !ok {
+		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: "invalid_class",
+			message: "unknown " + HeaderClass + " " + strconv.Quote(v) + ": want one of " + strings.Join(classNames(h.cfg.Classes), ", ")}, 0)
+		return false
+	}
+	c.Class = v
+	return true
+}
+
+func classNames(m map[string]time.Duration) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(m[a], m[b]) })
+	return names
 }

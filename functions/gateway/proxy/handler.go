@@ -55,11 +55,12 @@ type Config struct {
 	Cooldowns       Cooldowns
 	CooldownCache   time.Duration
 	DefaultCooldown time.Duration
-	// MaxWait, by route ("chat", "messages", "responses", …), lets a
-	// refusal whose Retry-After is at most that long be answered by waiting
-	// it out and trying once more, when the request's deadline leaves time.
-	// Off by default.
-	MaxWait map[string]time.Duration
+	// Classes are the traffic classes and how long a request of each may
+	// wait out a refusal's exact Retry-After (once, jittered, never past
+	// the request's deadline) instead of being answered 429; DefaultClass
+	// is a request's that names none. Nil: DefaultClasses.
+	Classes      map[string]time.Duration
+	DefaultClass string
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -132,6 +133,24 @@ type SessionRecord struct {
 // ErrUnknownSession is TakeSession's answer for a session it does not hold.
 var ErrUnknownSession = errors.New("unknown realtime session")
 
+// The traffic classes a request can name in X-Tollgate-Class, most
+// urgent first.
+const (
+	ClassInteractive = "interactive"
+	ClassStandard    = "standard"
+	ClassBatch       = "batch"
+	ClassBackground  = "background"
+)
+
+// DefaultClasses are the classes and their longest waits when the
+// configuration sets none: 300ms, 2s, 20s, 60s.
+func DefaultClasses() map[string]time.Duration {
+	return map[string]time.Duration{
+		ClassInteractive: 300 * time.Millisecond, ClassStandard: 2 * time.Second,
+		ClassBatch: 20 * time.Second, ClassBackground: time.Minute,
+	}
+}
+
 // DefaultRealtimeMaxSession is how long a Realtime session holds its slot
 // unless ended: OpenAI's maximum session length.
 const DefaultRealtimeMaxSession = 30 * time.Minute
@@ -188,6 +207,15 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.DefaultMaxTokens <= 0 {
 		cfg.DefaultMaxTokens = 1024
+	}
+	if cfg.Classes == nil {
+		cfg.Classes = DefaultClasses()
+	}
+	if _, ok := cfg.Classes[cfg.DefaultClass]; !ok {
+		cfg.DefaultClass = ClassStandard
+		if _, ok := cfg.Classes[ClassStandard]; !ok {
+			return nil, errors.New("proxy: DefaultClass names no class")
+		}
 	}
 	if cfg.RealtimeMaxSession <= 0 {
 		cfg.RealtimeMaxSession = DefaultRealtimeMaxSession

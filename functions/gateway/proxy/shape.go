@@ -58,16 +58,26 @@ func (h *Handler) clamp(w http.ResponseWriter, ex *exchange, sk *skip) bool {
 	return true
 }
 
-// wait waits out a short Retry-After once, when the route allows it and
-// the request's deadline leaves time, and reports whether to try again.
+// wait waits out a refusal's exact Retry-After once, when it fits the
+// request's class's longest wait and the request's deadline leaves time,
+// and reports whether to try again. The wait is jittered upwards (up to a
+// tenth, at most 250 ms, never past the class's bound) so that waiters
+// refused together do not all come back at the same instant; never
+// downwards, since a retry before Retry-After is refused. Waits are per
+// request, not a queue: a request never waits behind another class's.
 func (h *Handler) wait(r *http.Request, ex *exchange, sk *skip, reqID string) bool {
-	limit := h.cfg.MaxWait[ex.op.String()]
+	limit := h.cfg.Classes[ex.caller.Class]
 	if limit <= 0 || !sk.retryable || sk.wait > limit {
 		return false
 	}
-	if dl, ok := r.Context().Deadline(); ok && time.Until(dl) < sk.wait+time.Second {
+	if sk.decision != nil && sk.decision.Refused.Kind == limiter.KindInFlight {
+		return false // when a slot frees is not known: its Retry-After is a guess, not worth waiting out
+	}
+	d := sk.wait + time.Duration(h.cfg.Rand()*float64(min(sk.wait/10, 250*time.Millisecond, limit-sk.wait)))
+	if dl, ok := r.Context().Deadline(); ok && time.Until(dl) < d+time.Second {
 		return false
 	}
-	h.log.Info("waiting out a short Retry-After instead of refusing", "request_id", reqID, "wait_ms", sk.wait.Milliseconds())
-	return h.cfg.Sleep(r.Context(), sk.wait) == nil
+	h.log.Info("waiting out a Retry-After that fits the class's wait", "request_id", reqID, "class", ex.caller.Class,
+		"wait_ms", d.Milliseconds(), "class_max_wait_ms", limit.Milliseconds())
+	return h.cfg.Sleep(r.Context(), d) == nil
 }
