@@ -51,10 +51,10 @@ type Key struct {
 	UserPath string
 	// Tags are fixed on the key: its requests carry them whatever they
 	// send in X-Tollgate-Tags.
-	Tags      []limiter.Tag
+	Tags []limiter.Tag
 	// Class is the traffic class of the key's requests ("" for the
 	// default), which X-Tollgate-Class cannot change.
-	Class string
+	Class     string
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: never
 	Revoked   bool
