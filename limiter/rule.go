@@ -178,6 +178,9 @@ type Rule struct {
 	// Shadow rules are evaluated and counted but never refuse: a request
 	// they would have refused is admitted, and the decision says so.
 	Shadow bool
+	// Ramp, on a provider or model window, grows the limit from a start;
+	// the limits above are where it ends (see Ramped).
+	Ramp *Ramp
 
 	PerChild bool
 	// Shards splits each counter of the rule over this many items so that a
@@ -270,6 +273,9 @@ func (r Rule) Validate() error { return errors.Join(r.Problems()...) }
 // "field: why"; none for a valid rule.
 func (r Rule) Problems() []error {
 	var errs []error
+	if r.Ramp != nil {
+		errs = append(errs, r.rampProblems()...)
+	}
 	switch r.Scope {
 	case ScopeUserPath:
 		if _, err := ParseUserPath(r.Subject); err != nil {

@@ -126,6 +126,9 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	}
 	a.Watcher = configstore.NewWatcher(a.ConfigStore, rules, a.Limiter, 0, log)
 	a.Watcher.AlignBudgets(cfg.BudgetLocation)
+	if c, ok := a.Store.(proxy.Cooldowns); ok {
+		a.Watcher.WatchRamps(rampHealth(c, cfg, log))
+	}
 	if cfg.RateLimitsEnabled {
 		if err := a.Watcher.Load(ctx); err != nil {
 			log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
@@ -301,4 +304,36 @@ func Exit(log *slog.Logger, err error) {
 		fmt.Fprintln(os.Stderr, "tollgate:", err)
 	}
 	os.Exit(1)
+}
+
+// rampHealth says whether a ramped rule's upstream stayed free of 429s
+// since an instant: no cooldown of its provider (or its model there) ends
+// after it. An upstream 429 sets such a cooldown on every instance, so one
+// instance's 429 holds the ramp for all. A store that cannot answer holds
+// the ramp too.
+func rampHealth(c proxy.Cooldowns, cfg *config.Config, log *slog.Logger) func(context.Context, limiter.Rule, time.Time) bool {
+	return func(ctx context.Context, r limiter.Rule, since time.Time) bool {
+		var keys []string
+		switch sub := strings.ToLower(r.Subject); {
+		case r.Scope == limiter.ScopeProvider:
+			keys = []string{sub + "/*"}
+		case strings.Contains(sub, "/"):
+			keys = []string{sub}
+		default:
+			for _, p := range cfg.Providers {
+				keys = append(keys, strings.ToLower(p.Name)+"/"+sub)
+			}
+		}
+		until, err := c.CooldownUntil(ctx, keys)
+		if err != nil {
+			log.Warn("could not read cooldowns for a ramp; holding it", "rule", r.ID(), "err", err)
+			return false
+		}
+		for _, u := range until {
+			if u.After(since) {
+				return false
+			}
+		}
+		return true
+	}
 }

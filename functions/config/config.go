@@ -8,6 +8,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -250,9 +251,19 @@ type limitSpec struct {
 	Priority        int     `yaml:"priority" json:"priority"`
 	Always          bool    `yaml:"always" json:"always"`
 	Shadow          bool    `yaml:"shadow" json:"shadow"`
+	// Ramp grows a provider or model window's limit from start by step
+	// every interval, to the rule's limit.
+	Ramp *rampSpec `yaml:"ramp" json:"ramp"`
 	// PerChild is accepted in the JSON form only, where there is no
 	// enclosing path entry to carry it.
 	PerChild bool `yaml:"-" json:"per_child"`
+}
+
+type rampSpec struct {
+	Start int64  `yaml:"start" json:"start"`
+	Step  int64  `yaml:"step" json:"step"`
+	Every string `yaml:"every" json:"every"`
+	Max   int64  `yaml:"max" json:"max"`
 }
 
 type gatewaySpec struct {
@@ -489,6 +500,17 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 	w, err := limiter.ParseWindow(l.Window)
 	errs = append(errs, err)
 	r.Window = w
+	if rs := l.Ramp; rs != nil {
+		every, err := time.ParseDuration(rs.Every)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ramp.every: %q is not a duration", rs.Every))
+		}
+		limit := cmp.Or(l.MaxRequests, l.MaxTokens)
+		r.Ramp = &limiter.Ramp{Start: rs.Start, Step: rs.Step, Every: every, Max: limit}
+		if rs.Max != 0 && rs.Max != limit {
+			errs = append(errs, fmt.Errorf("ramp.max: %d differs from the rule's limit %d, where the ramp ends (leave it out)", rs.Max, limit))
+		}
+	}
 	switch {
 	case l.Period != "" && l.PeriodSeconds != 0:
 		errs = append(errs, errors.New("period and period_seconds are both set; use one"))

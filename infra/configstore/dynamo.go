@@ -222,6 +222,9 @@ func (d *Dynamo) Snapshot(ctx context.Context) (Snapshot, error) {
 	if s.Pauses, err = d.pauses(ctx); err != nil {
 		return Snapshot{}, err
 	}
+	if s.Ramps, err = d.ramps(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	return s, nil
 }
 

@@ -20,6 +20,7 @@ type Memory struct {
 	batches  map[string]Batch
 	sessions map[string]Session
 	pauses   map[string]limiter.Pause
+	ramps    map[limiter.RuleKey]limiter.RampState
 	version  int64
 	now      func() time.Time
 }
@@ -48,6 +49,10 @@ func (m *Memory) Snapshot(context.Context) (Snapshot, error) {
 	}
 	for _, p := range m.pauses {
 		s.Pauses = append(s.Pauses, p)
+	}
+	s.Ramps = map[limiter.RuleKey]limiter.RampState{}
+	for k, r := range m.ramps {
+		s.Ramps[k] = r
 	}
 	sortPauses(s.Pauses)
 	return s, nil

@@ -55,6 +55,56 @@ type Watcher struct {
 	budgetZone atomic.Pointer[time.Location]
 	// pauses are the admin API's pauses as last loaded.
 	pauses atomic.Pointer[[]limiter.Pause]
+	// ramps are the ramped rules as last loaded, with where each stands;
+	// health says whether a rule's upstream answered 429 since an instant.
+	ramps  atomic.Pointer[[]rampEntry]
+	health func(ctx context.Context, r limiter.Rule, since time.Time) bool
+}
+
+type rampEntry struct {
+	rule  limiter.Rule // as configured, at its maximum
+	state limiter.RampState
+}
+
+// Rampers step ramps; both stores do.
+type Rampers interface {
+	StepRamp(ctx context.Context, k limiter.RuleKey, from, to limiter.RampState) error
+}
+
+// WatchRamps makes the watcher step ramped rules when their interval is
+// over, asking healthy whether the rule's upstream stayed free of 429s
+// since the last step; without it ramps hold at their start.
+func (w *Watcher) WatchRamps(healthy func(ctx context.Context, r limiter.Rule, since time.Time) bool) {
+	w.health = healthy
+}
+
+// stepRamps takes the steps that are due, and reports whether it changed
+// any (the store's version moved, by its write or another instance's).
+func (w *Watcher) stepRamps(ctx context.Context, now time.Time) bool {
+	rs, ok := w.src.(Rampers)
+	entries := w.ramps.Load()
+	if !ok || w.health == nil || entries == nil {
+		return false
+	}
+	moved := false
+	for _, e := range *entries {
+		if !e.rule.Ramp.Due(e.state, now) {
+			continue
+		}
+		healthy := e.state.Level == 0 || w.health(ctx, e.rule, e.state.At)
+		next := e.rule.Ramp.Next(e.state, now, healthy)
+		err := rs.StepRamp(ctx, e.rule.Key(), e.state, next)
+		switch {
+		case err == nil:
+			moved = true
+			w.log.Info("ramp stepped", "rule", e.rule.ID(), "from", e.state.Level, "to", next.Level, "healthy", healthy)
+		case errors.Is(err, ErrRampMoved):
+			moved = true // another instance stepped first
+		default:
+			w.log.Warn("could not step a ramp", "rule", e.rule.ID(), "err", err)
+		}
+	}
+	return moved
 }
 
 // Pauses returns the pauses as last loaded, which Refresh keeps as fresh
@@ -97,6 +147,12 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	w.checking = true
 	w.mu.Unlock()
 	err := w.refresh(ctx, now)
+	if err == nil && w.stepRamps(ctx, now) {
+		w.mu.Lock()
+		w.loaded = false
+		w.mu.Unlock()
+		err = w.refresh(ctx, now)
+	}
 	w.mu.Lock()
 	w.checking = false
 	w.checked = now
@@ -130,6 +186,15 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 		return err
 	}
 	merged := Merge(w.config, snap)
+	var ramps []rampEntry
+	for i := range merged {
+		if merged[i].Ramp != nil {
+			st := snap.Ramps[merged[i].Key()]
+			ramps = append(ramps, rampEntry{rule: merged[i], state: st})
+			merged[i] = merged[i].Ramped(max(st.Level, merged[i].Ramp.Start))
+		}
+	}
+	w.ramps.Store(&ramps)
 	for i := range merged {
 		if merged[i].IsBudget() && merged[i].Source == limiter.SourceManual {
 			merged[i].Location = w.budgetZone.Load()

@@ -1,0 +1,58 @@
+package limiter
+
+import (
+	"testing"
+	"time"
+)
+
+// A ramp steps up once per interval while healthy, holds through an
+// unhealthy interval, and stops at its maximum; the rule's limits follow.
+func TestRampOverSimulatedTime(t *testing.T) {
+	r := Ramp{Start: 10, Step: 10, Every: 5 * time.Minute, Max: 35}
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	s := r.Next(RampState{}, t0, true)
+	steps := []struct {
+		at      time.Duration
+		healthy bool
+		want    int64
+	}{
+		{0, true, 10},
+		{4*time.Minute + 59*time.Second, true, 10}, // not yet
+		{5 * time.Minute, true, 20},
+		{9 * time.Minute, true, 20},
+		{10 * time.Minute, false, 20}, // 429s in the interval: hold, and the interval restarts
+		{14 * time.Minute, true, 20},
+		{15 * time.Minute, true, 30}, // five minutes after the hold
+		{20 * time.Minute, true, 35}, // capped at max
+		{60 * time.Minute, true, 35},
+	}
+	if s.Level != 10 || !s.At.Equal(t0) {
+		t.Fatalf("start: %+v", s)
+	}
+	for _, st := range steps {
+		now := t0.Add(st.at)
+		s = r.Next(s, now, st.healthy)
+		if s.Level != st.want {
+			t.Fatalf("at %v (healthy %v): level %d, want %d", st.at, st.healthy, s.Level, st.want)
+		}
+	}
+	if r.Due(s, t0.Add(time.Hour)) {
+		t.Fatal("a ramp at its maximum is never due")
+	}
+
+	rule := Rule{Scope: ScopeProvider, Subject: "openai", Period: Minute, MaxRequests: 600, MaxTokens: 60000,
+		Ramp: &Ramp{Start: 60, Step: 60, Every: time.Minute, Max: 600}}
+	if err := rule.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rule.Ramped(60); got.MaxRequests != 60 || got.MaxTokens != 6000 {
+		t.Fatalf("ramped to 60: %d requests, %d tokens", got.MaxRequests, got.MaxTokens)
+	}
+	if got := rule.Ramped(600); got.MaxRequests != 600 || got.MaxTokens != 60000 {
+		t.Fatalf("at its max the rule is itself: %+v", got)
+	}
+	bad := Rule{Scope: ScopeUserPath, Subject: "/x", Period: Minute, MaxRequests: 9, Ramp: &Ramp{Start: 0, Step: 0, Every: 0, Max: 7}}
+	if n := len(bad.Problems()); n < 5 {
+		t.Fatalf("a bad ramp: %d problems, %v", n, bad.Problems())
+	}
+}
