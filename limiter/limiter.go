@@ -347,6 +347,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		Provider:   req.Provider,
 		Model:      req.Model,
 		Route:      req.Route,
+		Key:        req.Key,
 		Reserved:   Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens},
 		Price:      req.Price,
 		Charges:    charges,

@@ -214,6 +214,7 @@ type Lease struct {
 	Provider   string
 	Model      string
 	Route      string
+	Key        string // the managed key's id; "" for none
 	// Reserved is what was charged to token windows at admission.
 	Reserved Usage
 	// Price is what the request's tokens cost, for budgets: their charge

@@ -62,6 +62,8 @@ type App struct {
 	Clock func() time.Time
 
 	closers []func()
+	// est reads learned estimates for the gateway and the admin API.
+	est *estimates
 }
 
 // Logger returns the JSON logger every function logs with, at the level
@@ -234,6 +236,11 @@ func (a *App) BuildGateway() error {
 	if ss, ok := a.ConfigStore.(sessionStore); ok {
 		pc.Sessions = sessions{store: ss}
 	}
+	if es, ok := a.ConfigStore.(estimateStore); ok {
+		pc.Estimates = a.estimates(es)
+		pc.AdaptiveFloor = a.Config.Gateway.AdaptiveFloor
+		pc.AdaptiveCapped = a.Config.Gateway.Reservation == "adaptive"
+	}
 	a.Gateway, err = proxy.New(pc)
 	return err
 }
@@ -249,17 +256,23 @@ func (a *App) BuildAdmin() error {
 		config = a.Config.Rules
 	}
 	var err error
+	var est proxy.Estimates
+	if es, ok := a.ConfigStore.(estimateStore); ok {
+		est = a.estimates(es)
+	}
 	a.Admin, err = adminapi.New(adminapi.Config{
-		Store:       a.ConfigStore,
-		ConfigRules: config,
-		Limiter:     a.Limiter,
-		Watcher:     a.Watcher,
-		MasterKey:   s.MasterKey,
-		Prices:      a.Config.PriceTable(),
-		Classes:     slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
-		DevMode:     s.MasterKey == "",
-		Logger:      a.Log,
-		Now:         a.Clock,
+		Estimates:     est,
+		Store:         a.ConfigStore,
+		ConfigRules:   config,
+		Limiter:       a.Limiter,
+		Watcher:       a.Watcher,
+		MasterKey:     s.MasterKey,
+		Prices:        a.Config.PriceTable(),
+		Classes:       slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
+		AdaptiveFloor: a.Config.Gateway.AdaptiveFloor,
+		DevMode:       s.MasterKey == "",
+		Logger:        a.Log,
+		Now:           a.Clock,
 	})
 	return err
 }

@@ -15,7 +15,7 @@ import (
 // table's stream on DynamoDB, the embedded store's change feed in memory.
 // Each scheduled run takes a new one; it reads from the stored checkpoint.
 func (a *App) NewReconciler(ctx context.Context) (*reconcile.Reconciler, error) {
-	cfg := reconcile.Config{Logger: a.Log}
+	cfg := reconcile.Config{Logger: a.Log, Learn: a.learn}
 	switch st := a.Store.(type) {
 	case *memstore.Store:
 		if a.feed == nil {

@@ -93,6 +93,13 @@ type Gateway struct {
 	// RealtimeSessionTokens what it reserves (gateway.realtime_session_tokens, 0).
 	RealtimeMaxSession    time.Duration
 	RealtimeSessionTokens int64
+	// Reservation is "cap" (requests with an output cap reserve it) or
+	// "adaptive" (they reserve the learned p95 too, never above the cap);
+	// requests without a cap reserve the learned p95 either way, at least
+	// AdaptiveFloor, once AdaptiveMinSamples requests were seen.
+	Reservation        string
+	AdaptiveFloor      int64
+	AdaptiveMinSamples int64
 	// MaxOutputTokens caps every output reservation, for models whose
 	// maximum output is not known (gateway.max_output_tokens, 128000).
 	MaxOutputTokens int64
@@ -131,6 +138,9 @@ func Load(env Env) (*Config, error) {
 			MaxOutputTokens:    128_000,
 			StreamWriteTimeout: 30 * time.Second,
 			CompletionTimeout:  30 * time.Second,
+			Reservation:        "cap",
+			AdaptiveFloor:      64,
+			AdaptiveMinSamples: 20,
 		},
 	}
 	var errs []error
@@ -278,6 +288,9 @@ type gatewaySpec struct {
 	Completion      string            `yaml:"completion_timeout"`
 	RealtimeSession string            `yaml:"realtime_max_session"`
 	RealtimeTokens  int64             `yaml:"realtime_session_tokens"`
+	Reservation     string            `yaml:"reservation"`
+	AdaptiveFloor   *int64            `yaml:"adaptive_floor"`
+	AdaptiveSamples *int64            `yaml:"adaptive_min_samples"`
 }
 
 // maxRequestTokens bounds every token count in the configuration, as
@@ -394,6 +407,25 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 		}
 		if g.MaxWait != nil {
 			errs = append(errs, fmt.Errorf("%s: replaced by traffic classes: shaping.classes.<interactive|standard|batch|background>.max_wait (see README, Traffic classes)", at("gateway", "max_wait")))
+		}
+		switch g.Reservation {
+		case "":
+		case "cap", "adaptive":
+			cfg.Gateway.Reservation = g.Reservation
+		default:
+			errs = append(errs, fmt.Errorf("%s: %q is neither cap nor adaptive", at("gateway", "reservation"), g.Reservation))
+		}
+		if v := g.AdaptiveFloor; v != nil {
+			if *v < 1 || *v > maxRequestTokens {
+				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "adaptive_floor"), maxRequestTokens))
+			}
+			cfg.Gateway.AdaptiveFloor = *v
+		}
+		if v := g.AdaptiveSamples; v != nil {
+			if *v < 1 {
+				errs = append(errs, fmt.Errorf("%s: must be at least 1", at("gateway", "adaptive_min_samples")))
+			}
+			cfg.Gateway.AdaptiveMinSamples = *v
 		}
 		if g.RealtimeSession != "" {
 			d, err := time.ParseDuration(g.RealtimeSession)

@@ -8,21 +8,23 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/learn"
 )
 
 // Memory is the in-process store of a local process.
 type Memory struct {
-	mu       sync.Mutex
-	rules    map[limiter.RuleKey]Rule
-	gens     map[limiter.RuleKey]string
-	layouts  map[limiter.RuleKey]Layout
-	keys     map[string]Key // by hash
-	batches  map[string]Batch
-	sessions map[string]Session
-	pauses   map[string]limiter.Pause
-	ramps    map[limiter.RuleKey]limiter.RampState
-	version  int64
-	now      func() time.Time
+	mu        sync.Mutex
+	rules     map[limiter.RuleKey]Rule
+	gens      map[limiter.RuleKey]string
+	layouts   map[limiter.RuleKey]Layout
+	keys      map[string]Key // by hash
+	batches   map[string]Batch
+	sessions  map[string]Session
+	pauses    map[string]limiter.Pause
+	ramps     map[limiter.RuleKey]limiter.RampState
+	estimates map[string]*learn.Histogram
+	version   int64
+	now       func() time.Time
 }
 
 // NewMemory returns an empty Memory store.

@@ -119,6 +119,7 @@ const (
 	attrProvider    = "provider"
 	attrModel       = "model"
 	attrRoute       = "route"
+	attrKeyID       = "key_id"
 	attrReservedIn  = "reserved_in"
 	attrReservedOut = "reserved_out"
 	attrCharges     = "charges"
@@ -164,6 +165,9 @@ func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.Attr
 	}
 	if l.Model != "" {
 		item[attrModel] = sv(l.Model)
+	}
+	if l.Key != "" {
+		item[attrKeyID] = sv(l.Key)
 	}
 	if !l.Price.IsZero() {
 		item[attrPrice] = sv(strconv.FormatInt(l.Price.Input, 10) + " " + strconv.FormatInt(l.Price.Output, 10) + " " + strconv.FormatInt(l.Price.CachedInput, 10))
@@ -214,6 +218,7 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 	r.Lease.Provider = str(item, attrProvider)
 	r.Lease.Model = str(item, attrModel)
 	r.Lease.Route = str(item, attrRoute)
+	r.Lease.Key = str(item, attrKeyID)
 	r.Lease.Reserved = limiter.Usage{InputTokens: num(attrReservedIn), OutputTokens: num(attrReservedOut)}
 	if p := str(item, attrPrice); p != "" {
 		var err error

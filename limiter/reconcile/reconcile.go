@@ -99,11 +99,20 @@ type Config struct {
 	Now func() time.Time
 	// BatchSize bounds one read; default 1000.
 	BatchSize int
+	// Learn, when set, is given what the completed requests of each batch
+	// used (exact counts only), for reservations that learn.
+	Learn func(ctx context.Context, obs []Observation)
 	// Margin is how long before its context's deadline a run stops taking
 	// new batches, to commit and return cleanly. Default 5 s; a run whose
 	// whole budget is short keeps at most a fifth of it as margin, so it
 	// always has time to read.
 	Margin time.Duration
+}
+
+// Observation is what one completed request used.
+type Observation struct {
+	Route, Model, Key string
+	OutputTokens      int64
 }
 
 // Reconciler applies lease changes.
@@ -271,6 +280,7 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 	var settlements []limiter.Settlement
 	var release []limiter.Lease
 	var newest time.Time
+	var obs []Observation
 	for i := range changes {
 		c := &changes[i]
 		if c.At.After(newest) {
@@ -294,6 +304,8 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 			e.Used += c.Used.Total()
 			if !c.Used.Exact {
 				e.Inexact++
+			} else if rc.cfg.Learn != nil && c.Lease.Reserved.OutputTokens > 0 {
+				obs = append(obs, Observation{Route: route, Model: c.Lease.Model, Key: c.Lease.Key, OutputTokens: c.Used.OutputTokens})
 			}
 		case Expired:
 			rep.Expired++
@@ -306,6 +318,9 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 	}
 	if !newest.IsZero() {
 		rep.Lag = rc.cfg.Now().Sub(newest)
+	}
+	if len(obs) > 0 {
+		rc.cfg.Learn(ctx, obs)
 	}
 	if len(settlements) > 0 {
 		n, err := rc.cfg.Store.Settle(ctx, settlements)

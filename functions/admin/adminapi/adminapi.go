@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers/pricing"
@@ -52,6 +53,10 @@ type Config struct {
 	Prices *pricing.Table
 	// Classes are the traffic classes a key may be given (nil: any).
 	Classes []string
+	// Estimates, when set, shows the learned reservations in explain;
+	// AdaptiveFloor is the least they reserve.
+	Estimates     proxy.Estimates
+	AdaptiveFloor int64
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
 	Logger  *slog.Logger

@@ -19,6 +19,9 @@ type explainInput struct {
 	InputTokens  int64  `json:"input_tokens"`
 	MaxTokens    int64  `json:"max_tokens"`
 	BatchRequest bool   `json:"batch"`
+	// Route is the request's route ("chat", "messages", …; default chat),
+	// whose learned reservation applies.
+	Route string `json:"route"`
 }
 
 type explainDecision struct {
@@ -94,12 +97,28 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 		prices = pricing.New(nil, nil)
 	}
 	price, from := prices.Lookup(in.Provider, in.Model)
+	route := in.Route
+	if route == "" {
+		route = "chat"
+	}
+	var learned any
+	outTokens := in.MaxTokens
+	if h.cfg.Estimates != nil && in.Model != "" {
+		if est, ok := h.cfg.Estimates.OutputEstimate(r.Context(), route, in.Model, in.Key); ok {
+			reserve := max(est.P95, h.cfg.AdaptiveFloor)
+			learned = map[string]any{"route": route, "output_tokens_p95": est.P95, "samples": est.Samples, "per_key": est.PerKey,
+				"reserves_without_a_cap": reserve}
+			if outTokens == 0 {
+				outTokens = reserve
+			}
+		}
+	}
 	req := limiter.Request{
 		ID:           "explain",
 		Subject:      limiter.Subject{UserPath: in.UserPath, Provider: in.Provider, Model: in.Model, Key: in.Key, Tags: tags},
 		Route:        "explain",
 		InputTokens:  in.InputTokens,
-		OutputTokens: in.MaxTokens,
+		OutputTokens: outTokens,
 		Price:        price,
 		UserPathOnly: in.BatchRequest,
 	}
@@ -116,9 +135,10 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 			OutputUSDPerMillion:      limiter.FormatUSD(price.Output),
 			CachedInputUSDPerMillion: limiter.FormatUSD(price.CachedInput),
 			From:                     string(from),
-			ReservedUSD:              limiter.FormatUSD(price.Cost(limiter.Usage{InputTokens: in.InputTokens, OutputTokens: in.MaxTokens})),
+			ReservedUSD:              limiter.FormatUSD(price.Cost(limiter.Usage{InputTokens: in.InputTokens, OutputTokens: outTokens})),
 		},
-		"charged": false,
+		"charged":          false,
+		"learned_estimate": learned,
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -110,11 +110,36 @@ type Config struct {
 	RealtimeMaxSession    time.Duration
 	RealtimeSessionTokens int64
 
+	// Estimates, when set, gives what requests of a route, model and key
+	// really used: a request that sets no output cap reserves the learned
+	// p95 (at least AdaptiveFloor) instead of DefaultMaxTokens, and with
+	// AdaptiveCapped one that sets a cap reserves it too, never above its
+	// cap. The settlement corrects the rest either way.
+	Estimates      Estimates
+	AdaptiveFloor  int64
+	AdaptiveCapped bool
+
 	// Pauses, when set, returns the pauses in force (the admin API's, kept
 	// fresh by Refresh): requests they match are refused with 503 and the
 	// pause's reason, a paused provider or model routed around.
 	Pauses func() []limiter.Pause
 }
+
+// Estimates gives learned output estimates.
+type Estimates interface {
+	OutputEstimate(ctx context.Context, route, model, key string) (Estimate, bool)
+}
+
+// Estimate is a learned p95 of output tokens and how many requests it
+// rests on; PerKey when it is the key's own, not its route's and model's.
+type Estimate struct {
+	P95     int64
+	Samples int64
+	PerKey  bool
+}
+
+// DefaultAdaptiveFloor is the least a learned reservation reserves.
+const DefaultAdaptiveFloor = 64
 
 // Sessions records the leases of Realtime sessions.
 type Sessions interface {
@@ -216,6 +241,9 @@ func New(cfg Config) (*Handler, error) {
 		if _, ok := cfg.Classes[ClassStandard]; !ok {
 			return nil, errors.New("proxy: DefaultClass names no class")
 		}
+	}
+	if cfg.AdaptiveFloor <= 0 {
+		cfg.AdaptiveFloor = DefaultAdaptiveFloor
 	}
 	if cfg.RealtimeMaxSession <= 0 {
 		cfg.RealtimeMaxSession = DefaultRealtimeMaxSession

@@ -196,7 +196,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 				Key: ex.caller.KeyID, Tags: ex.caller.Tags},
 			Route:        ex.op.String(),
 			InputTokens:  ex.chargedInput(),
-			OutputTokens: h.reservation(ex, t.Model),
+			OutputTokens: h.reservation(ctx, ex, t.Model),
 			Price:        price,
 			UserPathOnly: ex.userPathOnly,
 		}
@@ -257,11 +257,20 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 // reservation is the output a request reserves at a target: its cap (or
 // the default), never more than the model can produce (or the configured
 // maximum), times the completions it asks for.
-func (h *Handler) reservation(ex *exchange, model string) int64 {
+func (h *Handler) reservation(ctx context.Context, ex *exchange, model string) int64 {
 	if ex.session {
 		return min(ex.reserveOut, limiter.MaxAmount) // a whole session's, not one answer's
 	}
 	out := min(ex.reserveOut, h.cfg.MaxOutputTokens)
+	if out > 0 && h.cfg.Estimates != nil && (ex.maxTokens <= 0 || h.cfg.AdaptiveCapped) {
+		if est, ok := h.cfg.Estimates.OutputEstimate(ctx, ex.op.String(), model, ex.caller.KeyID); ok {
+			out = max(est.P95, h.cfg.AdaptiveFloor)
+			if ex.maxTokens > 0 {
+				out = min(out, ex.maxTokens)
+			}
+			out = min(out, h.cfg.MaxOutputTokens)
+		}
+	}
 	if m, ok := providers.MaxOutputTokens(model); ok {
 		out = min(out, m)
 	}
