@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -29,6 +30,7 @@ type Limiter struct {
 	rules    atomic.Pointer[Rules]
 	leaseTTL time.Duration
 	old      oldSlots // concurrency rules whose shard layout changed
+	fair     sync.Map // rule counter → *fairState
 }
 
 // New returns a Limiter.
@@ -76,6 +78,8 @@ type Request struct {
 	// batch submission, whose file may mix models and whose usage arrives
 	// much later.
 	UserPathOnly bool
+	// Class is the request's traffic class, for fair shares by class.
+	Class string
 	// LeaseTTL, when set, is how long the lease holds its slots instead of
 	// the limiter's LeaseTTL: a Realtime session's maximum duration, held
 	// without renewal until it is ended or expires.
@@ -102,6 +106,7 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 	if len(ms) == 0 {
 		return Decision{Allowed: true}, nil
 	}
+	l.refreshFairs(ctx, now, ms)
 	charges, lease := l.plan(now, req, ms)
 	if err := l.drain(ctx, now, charges); err != nil {
 		return Decision{}, err
@@ -110,6 +115,7 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 	if err != nil {
 		return Decision{}, err
 	}
+	l.noteFairs(ctx, now, charges, out)
 	if !out.Admitted && out.Reclaimed {
 		lease = renamed(lease, "~r")
 		if out, err = l.store.Charge(ctx, now, charges, lease); err != nil {
@@ -328,6 +334,24 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 				add(m, KindInFlight, r.MaxRequests, 1)
 				inFlight = true
 			}
+		case r.FairShare != nil:
+			// The primary dimension shares fairly: its ceiling is the
+			// limit less what the other members are owed, and the
+			// member's own counter is charged beside it.
+			kind, limit, amount := KindRequests, r.MaxRequests, int64(1)
+			if limit <= 0 {
+				kind, limit, amount = KindTokens, r.MaxTokens, total
+			}
+			member := r.FairShare.member(r.Rule, req.Subject, req.Class)
+			c := r.newCharge(now, m.child, kind, max(1, l.fairLimit(now, r, r.FairShare, limit, amount, member, r.Period)), 0)
+			c.Amount, c.member = amount, member
+			charges = append(charges, c, memberCharge(c, member))
+			if kind == KindRequests {
+				add(m, KindTokens, r.MaxTokens, total)
+			}
+			add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
+			add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
+			tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
 		default:
 			add(m, KindRequests, r.MaxRequests, 1)
 			add(m, KindTokens, r.MaxTokens, total)

@@ -181,6 +181,9 @@ type Rule struct {
 	// Ramp, on a provider or model window, grows the limit from a start;
 	// the limits above are where it ends (see Ramped).
 	Ramp *Ramp
+	// FairShare shares the rule's limit among its members by weight, with
+	// borrowing (see fair.go).
+	FairShare *FairShare
 
 	PerChild bool
 	// Shards splits each counter of the rule over this many items so that a
@@ -275,6 +278,9 @@ func (r Rule) Problems() []error {
 	var errs []error
 	if r.Ramp != nil {
 		errs = append(errs, r.rampProblems()...)
+	}
+	if r.FairShare != nil {
+		errs = append(errs, r.FairShare.problems(r)...)
 	}
 	switch r.Scope {
 	case ScopeUserPath:

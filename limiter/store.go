@@ -102,6 +102,10 @@ type Charge struct {
 	whole  int64 // the limit the shares of a sharded charge add up to
 	shadow bool  // a shadow rule's: admitted whatever its count
 	units  int64 // what a bucket charge asks, in the rule's units
+	// fairMember marks the charge of a fair-share member's own counter;
+	// member is its member, on the rule's charge and the member's.
+	fairMember bool
+	member     string
 }
 
 // Sliding reports whether the charge's counter is read with its previous

@@ -264,9 +264,17 @@ type limitSpec struct {
 	// Ramp grows a provider or model window's limit from start by step
 	// every interval, to the rule's limit.
 	Ramp *rampSpec `yaml:"ramp" json:"ramp"`
+	// FairShare shares the limit among members by weight.
+	FairShare *fairShareSpec `yaml:"fair_share" json:"fair_share"`
 	// PerChild is accepted in the JSON form only, where there is no
 	// enclosing path entry to carry it.
 	PerChild bool `yaml:"-" json:"per_child"`
+}
+
+type fairShareSpec struct {
+	By            string           `yaml:"by" json:"by"`
+	Weights       map[string]int64 `yaml:"weights" json:"weights"`
+	DefaultWeight int64            `yaml:"default_weight" json:"default_weight"`
 }
 
 type rampSpec struct {
@@ -532,6 +540,15 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 	w, err := limiter.ParseWindow(l.Window)
 	errs = append(errs, err)
 	r.Window = w
+	if fs := l.FairShare; fs != nil {
+		r.FairShare = &limiter.FairShare{By: fs.By, Weights: map[string]int64{}, DefaultWeight: fs.DefaultWeight}
+		for name, w := range fs.Weights {
+			if fs.By == "user_path" {
+				name = strings.ToLower(name)
+			}
+			r.FairShare.Weights[name] = w
+		}
+	}
 	if rs := l.Ramp; rs != nil {
 		every, err := time.ParseDuration(rs.Every)
 		if err != nil {

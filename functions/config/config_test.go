@@ -388,3 +388,34 @@ func TestShapingClasses(t *testing.T) {
 		}
 	}
 }
+
+func TestFairShareConfig(t *testing.T) {
+	p := t.TempDir() + "/c.yaml"
+	_ = os.WriteFile(p, []byte(`
+rate_limits:
+  providers:
+    - name: openai
+      limits:
+        - {period: minute, max_requests: 60, fair_share: {by: user_path, weights: {/T/A: 3}}}
+`), 0o644)
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": p, "OPENAI_API_KEY": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := cfg.Rules[0].FairShare; f == nil || f.By != "user_path" || f.Weights["/t/a"] != 3 {
+		t.Fatalf("fair share %+v", cfg.Rules[0].FairShare)
+	}
+	_ = os.WriteFile(p, []byte(`
+rate_limits:
+  providers:
+    - name: openai
+      limits:
+        - {period: concurrent, max_requests: 6, fair_share: {by: child, weights: {a: 0}}}
+`), 0o644)
+	_, err = load(t, Env{"TOLLGATE_CONFIG": p, "OPENAI_API_KEY": "x"})
+	for _, want := range []string{"fair_share.by: child is for user-path rules", "only request and token windows", "fair_share.weights.a"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+}

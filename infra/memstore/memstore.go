@@ -40,6 +40,8 @@ type Store struct {
 	events  []Event
 	first   uint64 // sequence number of events[0]
 	swept   time.Time
+	// rosters are fair-share rules' members by rule and window.
+	rosters map[string]map[int64]map[string]bool
 
 	cooldowns map[string]time.Time
 }

@@ -359,3 +359,64 @@ func testBillExactlyOnce(t *testing.T, open Opener) {
 		t.Fatalf("budget used %d reserved %d", u.Used, u.Reserved)
 	}
 }
+
+// Fair share through the store, two instances (two limiters on two
+// clients of the backend) in simulated time: a rule of 60 a minute shared
+// by /t/a and /t/b; /t/a floods with 2 clients asking every 500 ms while
+// /t/b asks every 2 s (its share): b gets at least 90 % in, and the limit
+// holds.
+func testFairShare(t *testing.T, open Opener) {
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 60,
+		FairShare: &limiter.FairShare{By: "user_path"}}
+	ls := []*limiter.Limiter{newLimiter(t, open(), rule), newLimiter(t, open(), rule)}
+	n := 0
+	try := func(now time.Time, path string) bool {
+		n++
+		d, err := ls[n%2].Admit(context.Background(), now, limiter.Request{ID: fmt.Sprintf("%s-%d", t.Name(), n),
+			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "gpt-4o"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	const tick = 500 * time.Millisecond
+	var a, b, asked int
+	admittedAt := map[int64]int{} // by window, to check the limit
+	for i := range int(3 * time.Minute / tick) {
+		now := T0.Add(time.Duration(i) * tick)
+		counted := now.Sub(T0) >= time.Minute
+		for range 2 {
+			if try(now, "/t/a") {
+				admittedAt[now.UnixNano()/int64(time.Minute)]++
+				if counted {
+					a++
+				}
+			}
+		}
+		if time.Duration(i)*tick%(2*time.Second) == 0 {
+			ok := try(now, "/t/b")
+			if ok {
+				admittedAt[now.UnixNano()/int64(time.Minute)]++
+			}
+			if counted {
+				asked++
+				if ok {
+					b++
+				}
+			}
+		}
+	}
+	if b*10 < asked*9 {
+		t.Fatalf("b got %d of its %d requests in while a flooded (a got %d)", b, asked, a)
+	}
+	for w, got := range admittedAt {
+		// The sliding window admits at most the limit over any window, so
+		// at most twice it in one aligned window.
+		if got > 2*60 {
+			t.Fatalf("window %d admitted %d against 60 a minute", w, got)
+		}
+	}
+	if a+b > 2*60+60 {
+		t.Fatalf("%d admitted in 2 minutes against 60 a minute", a+b)
+	}
+}

@@ -57,6 +57,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"ShadowNeverRefuses", testShadowNeverRefuses},
 		{"ExplainChargesNothing", testExplainChargesNothing},
 		{"BillExactlyOnce", testBillExactlyOnce},
+		{"FairShare", testFairShare},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -199,6 +199,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			OutputTokens: h.reservation(ctx, ex, t.Model),
 			Price:        price,
 			UserPathOnly: ex.userPathOnly,
+			Class:        ex.caller.Class,
 		}
 		if ex.session {
 			lr.LeaseTTL = h.cfg.RealtimeMaxSession

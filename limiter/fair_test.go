@@ -1,0 +1,102 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// fairRun drives two limiters (two instances) over one store through
+// simulated time: every tick each flooding member tries once per client,
+// and b tries every bEvery (0: never); it returns what each got in and
+// what b asked, over the minutes after the first.
+func fairRun(t *testing.T, weights map[string]int64, aClients, bClients int, bEvery time.Duration) (a, b, bAsked int) {
+	t.Helper()
+	store := memstore.New()
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 60,
+		FairShare: &limiter.FairShare{By: "user_path", Weights: weights}}
+	var ls []*limiter.Limiter
+	for range 2 {
+		rs, err := limiter.NewRules([]limiter.Rule{rule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+		ls = append(ls, l)
+	}
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	const tick = 250 * time.Millisecond
+	n := 0
+	try := func(now time.Time, path string) bool {
+		n++
+		d, err := ls[n%2].Admit(context.Background(), now, limiter.Request{ID: fmt.Sprint(n),
+			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "gpt-4o"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	for i := 0; i < int(4*time.Minute/tick); i++ {
+		now := t0.Add(time.Duration(i) * tick)
+		counted := now.Sub(t0) >= time.Minute
+		for range aClients {
+			if try(now, "/t/a") && counted {
+				a++
+			}
+		}
+		for range bClients {
+			if try(now, "/t/b") && counted {
+				b++
+			}
+		}
+		// b starts after a has filled the window: refused first, it must
+		// stop a borrowing its share.
+		if bEvery > 0 && time.Duration(i)*tick%bEvery == 0 && now.Sub(t0) >= 5*time.Second {
+			ok := try(now, "/t/b")
+			if counted {
+				bAsked++
+				if ok {
+					b++
+				}
+			}
+		}
+	}
+	return a, b, bAsked
+}
+
+// Fair share across two instances (the acceptance scenario, in simulated
+// time): a provider rule of 60 a minute shared by /t/a and /t/b.
+func TestFairShare(t *testing.T) {
+	// /t/a floods with 4 clients, /t/b asks every 2 s: b gets ≥ 90 % in.
+	a, b, asked := fairRun(t, nil, 4, 0, 2*time.Second)
+	if b*10 < asked*9 {
+		t.Fatalf("b got %d of its %d requests in while a flooded (a got %d)", b, asked, a)
+	}
+	if total := a + b; total > 3*60 {
+		t.Fatalf("%d admitted in 3 minutes against 60 a minute", total)
+	}
+	t.Logf("a floods, b every 2 s: a %d, b %d of %d over 3 minutes", a, b, asked)
+
+	// /t/b idle: a borrows it all, ≥ 90 % of the 60.
+	a, _, _ = fairRun(t, nil, 4, 0, 0)
+	if a < 3*54 || a > 3*60 {
+		t.Fatalf("alone, a got %d in 3 minutes; want at least 90%% of 180", a)
+	}
+
+	// Weights 3:1, both flooding: 3:1 within 10 %.
+	a, b, _ = fairRun(t, map[string]int64{"/t/a": 3, "/t/b": 1}, 4, 4, 0)
+	ratio := float64(a) / float64(b)
+	t.Logf("3:1, both flooding: a %d, b %d (%.2f)", a, b, ratio)
+	if ratio < 2.7 || ratio > 3.3 || a+b > 3*60 {
+		t.Fatalf("weights 3:1 split %d:%d (%.2f)", a, b, ratio)
+	}
+	// Equal weights, both flooding: even.
+	a, b, _ = fairRun(t, nil, 4, 4, 0)
+	if r := float64(a) / float64(b); r < 0.9 || r > 1.1 {
+		t.Fatalf("equal weights split %d:%d", a, b)
+	}
+}
