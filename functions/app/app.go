@@ -129,7 +129,7 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	a.Watcher = configstore.NewWatcher(a.ConfigStore, rules, a.Limiter, 0, log)
 	a.Watcher.AlignBudgets(cfg.BudgetLocation)
 	if c, ok := a.Store.(proxy.Cooldowns); ok {
-		a.Watcher.WatchRamps(rampHealth(c, cfg, log))
+		a.Watcher.WatchRamps(rampHealth(c, cfg, log, a.latencyDoubled))
 	}
 	if cfg.RateLimitsEnabled {
 		if err := a.Watcher.Load(ctx); err != nil {
@@ -319,12 +319,14 @@ func Exit(log *slog.Logger, err error) {
 	os.Exit(1)
 }
 
-// rampHealth says whether a ramped rule's upstream stayed free of 429s
-// since an instant: no cooldown of its provider (or its model there) ends
-// after it. An upstream 429 sets such a cooldown on every instance, so one
+// rampHealth says whether a ramped rule's upstream stayed healthy since
+// an instant: free of 429s (no cooldown of its provider, or its model
+// there, ends after it) and not slower (its p95 latency, as this instance
+// saw it, did not double against the interval before). An upstream 429 sets such a cooldown on every instance, so one
 // instance's 429 holds the ramp for all. A store that cannot answer holds
 // the ramp too.
-func rampHealth(c proxy.Cooldowns, cfg *config.Config, log *slog.Logger) func(context.Context, limiter.Rule, time.Time) bool {
+func rampHealth(c proxy.Cooldowns, cfg *config.Config, log *slog.Logger,
+	slower func(key string, now time.Time, interval time.Duration) bool) func(context.Context, limiter.Rule, time.Time) bool {
 	return func(ctx context.Context, r limiter.Rule, since time.Time) bool {
 		var keys []string
 		switch sub := strings.ToLower(r.Subject); {
@@ -347,6 +349,22 @@ func rampHealth(c proxy.Cooldowns, cfg *config.Config, log *slog.Logger) func(co
 				return false
 			}
 		}
+		now := since.Add(r.Ramp.Every)
+		for _, k := range keys {
+			if slower(k, now, r.Ramp.Every) {
+				log.Info("ramp held: the upstream's p95 latency doubled over the interval", "rule", r.ID())
+				return false
+			}
+		}
 		return true
 	}
+}
+
+// latencyDoubled asks the gateway, once built, whether an upstream slowed
+// down; before it is, none did.
+func (a *App) latencyDoubled(key string, now time.Time, interval time.Duration) bool {
+	if a.Gateway == nil {
+		return false
+	}
+	return a.Gateway.LatencyDoubled(key, now, interval)
 }

@@ -210,6 +210,7 @@ type Handler struct {
 	shadowRefusals atomic.Int64
 	cool           *cooldownCache
 	pending        sync.WaitGroup // completions retried after their answer
+	lat            latencies      // upstream answer times, for ramps
 }
 
 // FailOpenAdmits returns how many requests were admitted without a limit

@@ -373,6 +373,11 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	}
 	if perr == nil {
 		h.coolDownIfExhausted(r.Context(), t, res.Limits)
+		if !ex.stream && res.Status/100 == 2 {
+			took := h.cfg.Now().Sub(start)
+			h.lat.record(cooldownKey(t), start, took)
+			h.lat.record(providerKey(t), start, took)
+		}
 	}
 	status := res.Status
 	if perr != nil {

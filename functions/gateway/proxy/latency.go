@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The gateway keeps, per provider and per provider/model, the latency of
+// its last answered non-streaming requests, for ramps to hold when the
+// upstream slows down. In process: an instance that steps a ramp judges by
+// what it saw itself.
+
+const latencySamples = 1024
+
+type latencySample struct {
+	at time.Time
+	d  time.Duration
+}
+
+type latencyRing struct {
+	samples [latencySamples]latencySample
+	next    int
+	full    bool
+}
+
+type latencies struct {
+	mu    sync.Mutex
+	rings map[string]*latencyRing
+}
+
+func (l *latencies) record(key string, at time.Time, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rings == nil {
+		l.rings = map[string]*latencyRing{}
+	}
+	r := l.rings[key]
+	if r == nil {
+		if len(l.rings) >= maxCooldownEntries {
+			return // model ids are the client's to choose: bounded
+		}
+		r = &latencyRing{}
+		l.rings[key] = r
+	}
+	r.samples[r.next] = latencySample{at, d}
+	r.next = (r.next + 1) % latencySamples
+	r.full = r.full || r.next == 0
+}
+
+// p95 returns the 95th percentile of key's samples in [from, to), and how
+// many there were.
+func (l *latencies) p95(key string, from, to time.Time) (time.Duration, int) {
+	l.mu.Lock()
+	r := l.rings[key]
+	var ds []time.Duration
+	if r != nil {
+		n := r.next
+		if r.full {
+			n = latencySamples
+		}
+		for _, s := range r.samples[:n] {
+			if !s.at.Before(from) && s.at.Before(to) {
+				ds = append(ds, s.d)
+			}
+		}
+	}
+	l.mu.Unlock()
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)*95+99)/100-1], len(ds)
+}
+
+// minLatencySamples is how many answers an interval needs for its p95 to
+// count.
+const minLatencySamples = 10
+
+// LatencyDoubled reports whether the p95 latency of the upstream named by
+// key ("provider/*" or "provider/model", case folded) over the interval
+// before now doubled against the interval before that, on enough answers
+// in both.
+func (h *Handler) LatencyDoubled(key string, now time.Time, interval time.Duration) bool {
+	key = strings.ToLower(key)
+	last, n := h.lat.p95(key, now.Add(-interval), now)
+	prev, m := h.lat.p95(key, now.Add(-2*interval), now.Add(-interval))
+	return n >= minLatencySamples && m >= minLatencySamples && last > 2*prev
+}
