@@ -77,8 +77,8 @@ func (f *FairShare) problems(r Rule) []error {
 	default:
 		errs = append(errs, fmt.Errorf("fair_share.by: %q is not child, user_path, key, class or tag:<name>", f.By))
 	}
-	if r.Bucket != nil || r.IsBudget() || r.Period == Concurrent {
-		errs = append(errs, errors.New("fair_share: only request and token windows share fairly"))
+	if r.Bucket != nil || r.IsBudget() {
+		errs = append(errs, errors.New("fair_share: request and token windows and concurrency rules share fairly; buckets and budgets do not"))
 	}
 	if r.PerChild || r.Shards > 1 {
 		errs = append(errs, errors.New("fair_share: a fair-share rule is one shared counter: not per_child, not sharded"))
@@ -128,6 +128,15 @@ func (f *FairShare) member(r Rule, s Subject, class string) string {
 	return ""
 }
 
+// rosterWindow is the window a member's asking is recorded in: the
+// charge's window, or for a gauge, which has none, the minute.
+func rosterWindow(c Charge, now time.Time) int64 {
+	if c.Period == Concurrent {
+		return now.Unix() / 60
+	}
+	return c.Counter.Window
+}
+
 // fairState is what an instance knows of a fair-share rule's members.
 type fairState struct {
 	mu      sync.Mutex
@@ -153,6 +162,10 @@ func memberCharge(c Charge, member string) Charge {
 	c.Counter.Rule += "~fair"
 	c.Counter.Child = member
 	c.Limit, c.whole = MaxAmount, MaxAmount
+	if c.Period == Concurrent {
+		// A gauge holds slots: no member holds more than the rule does.
+		c.Limit, c.whole = c.owner.MaxRequests, c.owner.MaxRequests
+	}
 	c.shadow = false
 	c.fairMember, c.member = true, member
 	return c
@@ -164,8 +177,9 @@ func memberCharge(c Charge, member string) Charge {
 // fairness, not of the limit.
 func (l *Limiter) refreshFair(ctx context.Context, now time.Time, r *rule, proto Charge) {
 	fs := l.fairOf(r)
+	window := rosterWindow(proto, now)
 	fs.mu.Lock()
-	fresh := proto.Counter.Window == fs.window && now.Sub(fs.readAt) < FairRefresh && !now.Before(fs.readAt)
+	fresh := window == fs.window && now.Sub(fs.readAt) < FairRefresh && !now.Before(fs.readAt)
 	fs.mu.Unlock()
 	if fresh {
 		return
@@ -173,7 +187,7 @@ func (l *Limiter) refreshFair(ctx context.Context, now time.Time, r *rule, proto
 	names := map[string]bool{}
 	roster := map[string]bool{}
 	if rs, ok := l.store.(Rosters); ok {
-		got, err := rs.Roster(ctx, r.counter, []int64{proto.Counter.Window, proto.Counter.Window - 1})
+		got, err := rs.Roster(ctx, r.counter, []int64{window, window - 1})
 		if err == nil {
 			for _, n := range got {
 				names[n], roster[n] = true, true
@@ -195,8 +209,8 @@ func (l *Limiter) refreshFair(ctx context.Context, now time.Time, r *rule, proto
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.readAt = now
-	if proto.Counter.Window != fs.window {
-		fs.window = proto.Counter.Window
+	if window != fs.window {
+		fs.window = window
 		clear(fs.members)
 	}
 	fs.asked = roster
@@ -217,9 +231,12 @@ func (l *Limiter) fairLimit(now time.Time, r *rule, f *FairShare, limit, amount 
 	fs := l.fairOf(r)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	_, elapsed := windowAt(now, period)
-	used := func(s State) float64 {
-		return float64(s.Prev)*(1-float64(elapsed)/float64(period)) + float64(s.Cur)
+	used := func(s State) float64 { return float64(s.Cur) } // a gauge's slots held
+	if period != Concurrent {
+		_, elapsed := windowAt(now, period)
+		used = func(s State) float64 {
+			return float64(s.Prev)*(1-float64(elapsed)/float64(period)) + float64(s.Cur)
+		}
 	}
 	var total int64
 	active := map[string]float64{}
@@ -251,21 +268,22 @@ func (l *Limiter) fairLimit(now time.Time, r *rule, f *FairShare, limit, amount 
 // others borrow is owed its share everywhere.
 func (l *Limiter) noteFair(ctx context.Context, now time.Time, r *rule, member string, c Charge, s State) {
 	fs := l.fairOf(r)
+	window := rosterWindow(c, now)
 	fs.mu.Lock()
-	if c.Counter.Window == fs.window {
+	if window == fs.window {
 		fs.members[member] = s
 	}
 	if _, ok := fs.seen[member]; ok || len(fs.seen) < MaxFairMembers {
 		fs.seen[member] = now
 	}
 	fs.asked[member] = true
-	join := fs.joined[member] != c.Counter.Window
+	join := fs.joined[member] != window
 	if join {
-		fs.joined[member] = c.Counter.Window
+		fs.joined[member] = window
 	}
 	fs.mu.Unlock()
 	if rs, ok := l.store.(Rosters); ok && join {
-		_ = rs.JoinRoster(ctx, r.counter, c.Counter.Window, member, now.Add(3*c.Period))
+		_ = rs.JoinRoster(ctx, r.counter, window, member, now.Add(3*max(c.Period, time.Minute)))
 	}
 }
 
@@ -278,7 +296,10 @@ func (l *Limiter) refreshFairs(ctx context.Context, now time.Time, ms []match) {
 			continue
 		}
 		kind, limit := KindRequests, r.MaxRequests
-		if limit <= 0 {
+		switch {
+		case r.Period == Concurrent:
+			kind = KindInFlight
+		case limit <= 0:
 			kind, limit = KindTokens, r.MaxTokens
 		}
 		l.refreshFair(ctx, now, r, r.newCharge(now, m.child, kind, limit, 0))

@@ -100,3 +100,72 @@ func TestFairShare(t *testing.T) {
 		t.Fatalf("equal weights split %d:%d", a, b)
 	}
 }
+
+// Fair share on a concurrency rule: 4 slots shared by /t/a, which keeps
+// 8 requests of a second each trying, and /t/b, which starts one every
+// 500 ms (two in flight: its share): b gets at least 90 % in.
+func TestFairShareInFlight(t *testing.T) {
+	store := memstore.New()
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 4,
+		FairShare: &limiter.FairShare{By: "user_path"}}
+	var ls []*limiter.Limiter
+	for range 2 {
+		rs, err := limiter.NewRules([]limiter.Rule{rule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+		ls = append(ls, l)
+	}
+	type held struct {
+		l     *limiter.Limiter
+		lease *limiter.Lease
+		until time.Time
+	}
+	var inFlight []held
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	n, bIn, bAsked, aIn := 0, 0, 0, 0
+	try := func(now time.Time, path string) bool {
+		n++
+		l := ls[n%2]
+		d, err := l.Admit(context.Background(), now, limiter.Request{ID: fmt.Sprint("f", n),
+			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "gpt-4o"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			inFlight = append(inFlight, held{l, d.Lease, now.Add(time.Second)})
+		}
+		return d.Allowed
+	}
+	const tick = 100 * time.Millisecond
+	for i := range int(60 * time.Second / tick) {
+		now := t0.Add(time.Duration(i) * tick)
+		kept := inFlight[:0]
+		for _, h := range inFlight {
+			if !now.Before(h.until) {
+				if err := h.l.Complete(context.Background(), now, h.lease, limiter.Usage{Exact: true}); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			kept = append(kept, h)
+		}
+		inFlight = kept
+		for range 8 {
+			if try(now, "/t/a") {
+				aIn++
+			}
+		}
+		if i%5 == 0 && now.Sub(t0) >= 5*time.Second {
+			bAsked++
+			if try(now, "/t/b") {
+				bIn++
+			}
+		}
+	}
+	t.Logf("in flight: b %d of %d, a %d", bIn, bAsked, aIn)
+	if bIn*10 < bAsked*9 {
+		t.Fatalf("b got %d of its %d requests in while a held every slot it could", bIn, bAsked)
+	}
+}

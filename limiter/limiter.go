@@ -329,6 +329,14 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		case r.IsBudget():
 			add(m, KindCost, r.MaxCost, cost)
 			tokens = tokens || cost > 0
+		case r.Period == Concurrent && r.FairShare != nil:
+			if !req.UserPathOnly && r.MaxRequests > 0 {
+				member := r.FairShare.member(r.Rule, req.Subject, req.Class)
+				c := r.newCharge(now, m.child, KindInFlight, max(1, l.fairLimit(now, r, r.FairShare, r.MaxRequests, 1, member, Concurrent)), 0)
+				c.Amount, c.member = 1, member
+				charges = append(charges, c, memberCharge(c, member))
+				inFlight = true
+			}
 		case r.Period == Concurrent:
 			if !req.UserPathOnly && r.MaxRequests > 0 {
 				add(m, KindInFlight, r.MaxRequests, 1)

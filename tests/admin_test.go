@@ -461,3 +461,28 @@ func TestAdminBodyLimits(t *testing.T) {
 		t.Fatalf("rules after refused bodies: %v", rules)
 	}
 }
+
+// Ramps and fair shares through the admin API: stored, listed, kept by a
+// PATCH of the limit (the ramp then ends at the new one), checked.
+func TestAdminRampAndFairShare(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	a := newInstance(t, prefix, time.Now(), nil)
+	s, body := a.call(t, "POST", "/admin/rate-limits", master, `{"scope":"provider","subject":"mock","limit_key":{"period":"minute"},
+		"max_requests":600,"ramp":{"start":60,"step":60,"every":"5m"},"fair_share":{"by":"user_path","weights":{"/t/a":3}}}`)
+	if s != 201 || !strings.Contains(string(body), `"ramp":{"start":60,"step":60,"every":"5m0s","max":600}`) ||
+		!strings.Contains(string(body), `"fair_share":{"by":"user_path","weights":{"/t/a":3}}`) {
+		t.Fatalf("create: %d %s", s, body)
+	}
+	if s, body := a.call(t, "PATCH", "/admin/rate-limits/provider:mock:minute", master, `{"max_requests":1200}`); s != 200 ||
+		!strings.Contains(string(body), `"max":1200`) || !strings.Contains(string(body), `"fair_share"`) {
+		t.Fatalf("patch: %d %s", s, body)
+	}
+	if r, ok := a.app.Limiter.Rules().Lookup("provider:mock:60"); !ok || r.Ramp == nil || r.FairShare == nil || r.MaxRequests != 60 {
+		t.Fatalf("the limiter's rule %+v: want it ramped to 60 with its fair share", r)
+	}
+	s, body = a.call(t, "POST", "/admin/rate-limits", master, `{"user_path":"/x","limit_key":{"period":"minute"},"max_requests":5,
+		"ramp":{"start":0,"every":"soon"},"fair_share":{"by":"planet"}}`)
+	if s != 400 || !strings.Contains(string(body), "ramp.every") || !strings.Contains(string(body), "fair_share.by") || !strings.Contains(string(body), "ramp.step") {
+		t.Fatalf("bad ramp and fair share: %d %s", s, body)
+	}
+}

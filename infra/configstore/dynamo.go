@@ -2,6 +2,7 @@ package configstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -110,6 +111,13 @@ func ruleItem(r Rule) map[string]types.AttributeValue {
 	if r.Shadow {
 		item["shadow"] = bv(true)
 	}
+	if p := r.Ramp; p != nil {
+		item["ramp"] = sv(fmt.Sprintf("%d %d %d %d", p.Start, p.Step, p.Every.Milliseconds(), p.Max))
+	}
+	if f := r.FairShare; f != nil {
+		b, _ := json.Marshal(f)
+		item["fair_share"] = sv(string(b))
+	}
 	item["version"] = nv(r.Version)
 	item["created_at"] = nv(r.CreatedAt.UnixMilli())
 	item["updated_at"] = nv(r.UpdatedAt.UnixMilli())
@@ -158,6 +166,19 @@ func decodeRule(item map[string]types.AttributeValue) (Rule, error) {
 	}
 	r.Priority = int(getN(item, "priority"))
 	r.Always, r.Shadow = getB(item, "always"), getB(item, "shadow")
+	if s := getS(item, "ramp"); s != "" {
+		var p limiter.Ramp
+		var every int64
+		if _, err := fmt.Sscanf(s, "%d %d %d %d", &p.Start, &p.Step, &every, &p.Max); err != nil {
+			errs = append(errs, fmt.Errorf("ramp %q: %w", s, err))
+		}
+		p.Every = time.Duration(every) * time.Millisecond
+		r.Ramp = &p
+	}
+	if s := getS(item, "fair_share"); s != "" {
+		r.FairShare = &limiter.FairShare{}
+		errs = append(errs, json.Unmarshal([]byte(s), r.FairShare))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Rule{}, fmt.Errorf("rule %s: %w", getS(item, "sk"), err)
 	}

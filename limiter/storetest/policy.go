@@ -420,3 +420,63 @@ func testFairShare(t *testing.T, open Opener) {
 		t.Fatalf("%d admitted in 2 minutes against 60 a minute", a+b)
 	}
 }
+
+// Fair share on a concurrency rule through the store: 4 slots shared by
+// /t/a, which keeps 3 requests of a second trying, and /t/b, which starts
+// one every 500 ms (its share of two in flight): b gets 90 % in, and the
+// rule never holds more than its 4 slots.
+func testFairShareInFlight(t *testing.T, open Opener) {
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 4,
+		FairShare: &limiter.FairShare{By: "user_path"}}
+	ls := []*limiter.Limiter{newLimiter(t, open(), rule), newLimiter(t, open(), rule)}
+	type held struct {
+		l     *limiter.Limiter
+		lease *limiter.Lease
+		until time.Time
+	}
+	var inFlight []held
+	n, bIn, bAsked := 0, 0, 0
+	try := func(now time.Time, path string) bool {
+		n++
+		l := ls[n%2]
+		d, err := l.Admit(context.Background(), now, limiter.Request{ID: fmt.Sprintf("%s-%d", t.Name(), n),
+			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "gpt-4o"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			inFlight = append(inFlight, held{l, d.Lease, now.Add(time.Second)})
+			if len(inFlight) > 4 {
+				t.Fatalf("%d in flight against 4 slots", len(inFlight))
+			}
+		}
+		return d.Allowed
+	}
+	const tick = 250 * time.Millisecond
+	for i := range int(12 * time.Second / tick) {
+		now := T0.Add(time.Duration(i) * tick)
+		kept := inFlight[:0]
+		for _, h := range inFlight {
+			if !now.Before(h.until) {
+				if err := h.l.Complete(context.Background(), now, h.lease, limiter.Usage{Exact: true}); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			kept = append(kept, h)
+		}
+		inFlight = kept
+		for range 3 {
+			try(now, "/t/a")
+		}
+		if i%2 == 0 && now.Sub(T0) >= 2*time.Second {
+			bAsked++
+			if try(now, "/t/b") {
+				bIn++
+			}
+		}
+	}
+	if bIn*10 < bAsked*9 {
+		t.Fatalf("b got %d of its %d requests in", bIn, bAsked)
+	}
+}

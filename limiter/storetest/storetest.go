@@ -58,6 +58,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"ExplainChargesNothing", testExplainChargesNothing},
 		{"BillExactlyOnce", testBillExactlyOnce},
 		{"FairShare", testFairShare},
+		{"FairShareInFlight", testFairShareInFlight},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

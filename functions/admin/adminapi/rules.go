@@ -1,6 +1,8 @@
 package adminapi
 
 import (
+	"cmp"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -24,8 +26,25 @@ type ruleInput struct {
 	Shadow          bool      `json:"shadow"`
 	PerChild        bool      `json:"per_child"`
 	Shards          int       `json:"shards"`
+	Ramp            *rampJSON `json:"ramp"`
+	FairShare       *fairJSON `json:"fair_share"`
 	Version         int64     `json:"version"`
 	From            *identity `json:"from"`
+}
+
+// rampJSON is a ramp as the API takes it: where it ends is the rule's
+// limit.
+type rampJSON struct {
+	Start int64  `json:"start"`
+	Step  int64  `json:"step"`
+	Every string `json:"every"`
+	Max   int64  `json:"max,omitempty"`
+}
+
+type fairJSON struct {
+	By            string           `json:"by"`
+	Weights       map[string]int64 `json:"weights,omitempty"`
+	DefaultWeight int64            `json:"default_weight,omitempty"`
 }
 
 // ruleView is a rule as the API shows it.
@@ -47,6 +66,8 @@ type ruleView struct {
 	Shadow          bool       `json:"shadow,omitempty"`
 	PerChild        bool       `json:"per_child"`
 	Shards          int        `json:"shards,omitempty"`
+	Ramp            *rampJSON  `json:"ramp,omitempty"`
+	FairShare       *fairJSON  `json:"fair_share,omitempty"`
 	Source          string     `json:"source"`
 	Version         int64      `json:"version,omitempty"`
 	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
@@ -66,6 +87,7 @@ func viewOf(r limiter.Rule, version int64, updated time.Time) ruleView {
 	if r.Window == limiter.WindowFixed {
 		v.Window = r.Window.String()
 	}
+	v.Ramp, v.FairShare = rampJSONOf(r.Ramp), fairJSONOf(r.FairShare)
 	if b := r.Bucket; b != nil {
 		v.Capacity, v.RefillPerSecond, v.Unit = b.Capacity, b.RefillPerSecond, "requests"
 		if b.Tokens {
@@ -180,6 +202,21 @@ func (in *ruleInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rule 
 	rule.PerChild = rule.PerChild || in.PerChild
 	rule.Shards, rule.Source = in.Shards, limiter.SourceManual
 	rule.Priority, rule.Always, rule.Shadow = in.Priority, in.Always, in.Shadow
+	rule.Ramp, rule.FairShare = nil, nil
+	if f := in.FairShare; f != nil {
+		rule.FairShare = &limiter.FairShare{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight}
+	}
+	if p := in.Ramp; p != nil {
+		every, err := time.ParseDuration(p.Every)
+		if err != nil {
+			*errs = append(*errs, fieldError{Field: "ramp.every", Message: fmt.Sprintf("%q is not a duration", p.Every)})
+		}
+		limit := cmp.Or(deref(in.MaxRequests), deref(in.MaxTokens))
+		if p.Max != 0 && p.Max != limit {
+			*errs = append(*errs, fieldError{Field: "ramp.max", Message: "the ramp ends at the rule's limit: leave it out"})
+		}
+		rule.Ramp = &limiter.Ramp{Start: p.Start, Step: p.Step, Every: every, Max: limit}
+	}
 	var err error
 	if rule.Window, err = limiter.ParseWindow(in.Window); err != nil {
 		*errs = append(*errs, fieldError{Field: "window", Message: err.Error()})
@@ -214,7 +251,11 @@ func (in *ruleInput) setVersion(v int64) { in.Version = v }
 
 // ruleInputOf is a rule's limits as a body: what a PATCH starts from.
 func ruleInputOf(r limiter.Rule) input {
-	in := &ruleInput{PerChild: r.PerChild, Shards: r.Shards, Priority: r.Priority, Always: r.Always, Shadow: r.Shadow}
+	in := &ruleInput{PerChild: r.PerChild, Shards: r.Shards, Priority: r.Priority, Always: r.Always, Shadow: r.Shadow,
+		Ramp: rampJSONOf(r.Ramp), FairShare: fairJSONOf(r.FairShare)}
+	if in.Ramp != nil {
+		in.Ramp.Max = 0 // it ends at the limit, which the patch may change
+	}
 	if r.Window == limiter.WindowFixed {
 		in.Window = r.Window.String()
 	}
@@ -323,4 +364,18 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+func rampJSONOf(p *limiter.Ramp) *rampJSON {
+	if p == nil {
+		return nil
+	}
+	return &rampJSON{Start: p.Start, Step: p.Step, Every: p.Every.String(), Max: p.Max}
+}
+
+func fairJSONOf(f *limiter.FairShare) *fairJSON {
+	if f == nil {
+		return nil
+	}
+	return &fairJSON{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight}
 }
