@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/infra/secrets"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/reconcile"
@@ -64,6 +65,10 @@ type App struct {
 	closers []func()
 	// est reads learned estimates for the gateway and the admin API.
 	est *estimates
+	// Metrics receives what the functions decide: EMF lines inside
+	// Lambda, Prometheus counters (prom, served on /metrics) locally.
+	Metrics metrics.Sink
+	prom    *metrics.Prometheus
 }
 
 // Logger returns the JSON logger every function logs with, at the level
@@ -107,6 +112,12 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	}
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
+	}
+	if fn := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); fn != "" {
+		a.Metrics = &metrics.EMF{W: os.Stdout, Function: fn}
+	} else {
+		a.prom = metrics.NewPrometheus()
+		a.Metrics = a.prom
 	}
 	rules := cfg.Rules
 	if !cfg.RateLimitsEnabled {
@@ -212,6 +223,7 @@ func (a *App) BuildGateway() error {
 		DefaultClass:       a.Config.Shaping.DefaultClass,
 		ClampFloor:         a.Config.Gateway.ClampFloor,
 
+		Metrics:               a.Metrics,
 		RealtimeMaxSession:    a.Config.Gateway.RealtimeMaxSession,
 		RealtimeSessionTokens: a.Config.Gateway.RealtimeSessionTokens,
 	}
@@ -281,6 +293,9 @@ func (a *App) BuildAdmin() error {
 // /admin/, the gateway everywhere else.
 func (a *App) LocalHandler() http.Handler {
 	mux := http.NewServeMux()
+	if a.prom != nil {
+		mux.Handle("GET /metrics", a.prom.Handler())
+	}
 	mux.Handle("/admin/", a.Admin)
 	mux.Handle("/", a.Gateway)
 	return mux

@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/dynamostream"
 	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/limiter/reconcile"
 )
 
@@ -15,7 +16,7 @@ import (
 // table's stream on DynamoDB, the embedded store's change feed in memory.
 // Each scheduled run takes a new one; it reads from the stored checkpoint.
 func (a *App) NewReconciler(ctx context.Context) (*reconcile.Reconciler, error) {
-	cfg := reconcile.Config{Logger: a.Log, Learn: a.learn}
+	cfg := reconcile.Config{Logger: a.Log, Learn: a.learn, OnRun: a.recordRun}
 	switch st := a.Store.(type) {
 	case *memstore.Store:
 		if a.feed == nil {
@@ -78,4 +79,20 @@ func (a *App) ChargeBatches(ctx context.Context) BatchReport {
 		a.Log.Error("charging ended batches", "err", err, "pending", rep.Pending, "charged", rep.Charged)
 	}
 	return rep
+}
+
+// recordRun turns a reconciler run's report into metrics.
+func (a *App) recordRun(rep reconcile.Report) {
+	if a.Metrics == nil {
+		return
+	}
+	a.Metrics.Count(metrics.ReconcilerRecords, float64(rep.Read))
+	if rep.Read > 0 {
+		a.Metrics.Observe(metrics.ReconcilerLag, float64(rep.Lag.Milliseconds()), "Milliseconds")
+	}
+	for route, e := range rep.Routes {
+		if e.Reserved > 0 {
+			a.Metrics.Observe(metrics.EstimateError, e.Ratio(), "None", "Route", route)
+		}
+	}
 }

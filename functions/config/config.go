@@ -534,6 +534,12 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 		if l.Window != "" {
 			errs = append(errs, errors.New("window: a bucket has no window"))
 		}
+		if l.FairShare != nil {
+			errs = append(errs, errors.New("fair_share: request and token windows and concurrency rules share fairly; buckets and budgets do not"))
+		}
+		if l.Ramp != nil {
+			errs = append(errs, errors.New("ramp: only request and token windows ramp"))
+		}
 		r.Bucket = b
 		return r, errors.Join(append(errs, r.Validate())...)
 	}

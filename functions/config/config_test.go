@@ -410,10 +410,10 @@ rate_limits:
   providers:
     - name: openai
       limits:
-        - {period: concurrent, max_requests: 6, fair_share: {by: child, weights: {a: 0}}}
+        - {capacity: 6, refill_per_second: 1, fair_share: {by: child, weights: {a: 0}}}
 `), 0o644)
 	_, err = load(t, Env{"TOLLGATE_CONFIG": p, "OPENAI_API_KEY": "x"})
-	for _, want := range []string{"fair_share.by: child is for user-path rules", "only request and token windows", "fair_share.weights.a"} {
+	for _, want := range []string{"buckets and budgets do not"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q: %v", want, err)
 		}

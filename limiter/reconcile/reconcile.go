@@ -99,6 +99,8 @@ type Config struct {
 	Now func() time.Time
 	// BatchSize bounds one read; default 1000.
 	BatchSize int
+	// OnRun, when set, is given each run's report (for metrics).
+	OnRun func(Report)
 	// Learn, when set, is given what the completed requests of each batch
 	// used (exact counts only), for reservations that learn.
 	Learn func(ctx context.Context, obs []Observation)
@@ -357,6 +359,9 @@ func nothingToCorrect(ss []limiter.Settlement) int {
 }
 
 func (rc *Reconciler) logRun(rep Report, start time.Time, err error) {
+	if rc.cfg.OnRun != nil {
+		rc.cfg.OnRun(rep)
+	}
 	attrs := []any{
 		"records_read", rep.Read,
 		"completed", rep.Completed,

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/infra/lru"
+	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
 	"github.com/tollgate/tollgate/providers/pricing"
@@ -118,6 +119,9 @@ type Config struct {
 	Estimates      Estimates
 	AdaptiveFloor  int64
 	AdaptiveCapped bool
+
+	// Metrics receives what the gateway decides (nil: nothing).
+	Metrics metrics.Sink
 
 	// Pauses, when set, returns the pauses in force (the admin API's, kept
 	// fresh by Refresh): requests they match are refused with 503 and the
@@ -242,6 +246,9 @@ func New(cfg Config) (*Handler, error) {
 		if _, ok := cfg.Classes[ClassStandard]; !ok {
 			return nil, errors.New("proxy: DefaultClass names no class")
 		}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.Discard{}
 	}
 	if cfg.AdaptiveFloor <= 0 {
 		cfg.AdaptiveFloor = DefaultAdaptiveFloor

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
 )
@@ -206,6 +207,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		}
 		if h.cfg.Pauses != nil {
 			if p, paused := limiter.Paused(h.cfg.Pauses(), now, lr.Subject); paused {
+				h.cfg.Metrics.Count(metrics.Refused, 1, "Rule", p.ID(), "Reason", "paused")
 				h.log.Info("refused: paused", "request_id", reqID, "user_path", ex.caller.UserPath, "provider", t.Provider.Name(),
 					"target_model", t.Model, "pause", p.ID(), "reason", p.Reason, "next_target", !p.Consumer())
 				sk := &skip{pause: &p, retryable: !p.Until.IsZero(), wait: p.Until.Sub(now)}
@@ -217,7 +219,9 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			}
 		}
 		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
+		h.cfg.Metrics.Observe(metrics.AdmissionLatency, float64(h.cfg.Now().Sub(now).Microseconds())/1000, "Milliseconds")
 		if err != nil {
+			h.cfg.Metrics.Count(metrics.StoreFailures, 1)
 			if !h.cfg.FailOpen {
 				h.log.Error("refused: limit store unavailable (failure mode closed)",
 					"request_id", reqID, "user_path", ex.caller.UserPath, "err", err)
@@ -228,6 +232,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			h.log.Warn("admitted without limits: limit store unavailable (failure mode open)",
 				"request_id", reqID, "user_path", ex.caller.UserPath, "provider", t.Provider.Name(), "err", err)
 			h.failOpenAdmits.Add(1)
+			h.cfg.Metrics.Count(metrics.FailOpenAdmissions, 1)
 			d = limiter.Decision{Allowed: true}
 		}
 		h.logShadow(reqID, ex, t, d)
@@ -240,11 +245,21 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			consider(sk)
 			continue
 		}
+		h.cfg.Metrics.Count(metrics.Admitted, 1, "Route", ex.op.String(), "Provider", t.Provider.Name())
+		for _, q := range []struct {
+			dim string
+			q   limiter.Quota
+		}{{"requests", d.Requests}, {"tokens", d.Tokens}} {
+			if q.q.IsSet() && q.q.Remaining*5 <= q.q.Limit {
+				h.cfg.Metrics.Count(metrics.NearLimit, 1, "Route", ex.op.String(), "Dimension", q.dim)
+			}
+		}
 		perr := h.forward(w, r, ex, t, d, reqID)
 		if perr == nil || perr == errClientGone {
 			return outcome{done: true}
 		}
 		if perr.RateLimited() {
+			h.cfg.Metrics.Count(metrics.UpstreamRateLimited, 1, "Provider", t.Provider.Name())
 			h.coolDown(ctx, t, perr.Limits, "answered 429")
 		}
 		failed = perr
@@ -590,6 +605,11 @@ func (h *Handler) logShadow(reqID string, ex *exchange, t providers.Target, d li
 
 func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {
 	r := d.Refused
+	reason := "rate_limit"
+	if r.IsBudget() {
+		reason = "budget"
+	}
+	h.cfg.Metrics.Count(metrics.Refused, 1, "Rule", ruleName(r), "Reason", reason)
 	h.log.Info("refused",
 		"request_id", reqID,
 		"user_path", ex.caller.UserPath,
