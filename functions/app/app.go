@@ -69,6 +69,7 @@ type App struct {
 	// Lambda, Prometheus counters (prom, served on /metrics) locally.
 	Metrics metrics.Sink
 	prom    *metrics.Prometheus
+	stats   *metrics.Stats // the dashboard's counts, kept in the store
 }
 
 // Logger returns the JSON logger every function logs with, at the level
@@ -118,6 +119,10 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	} else {
 		a.prom = metrics.NewPrometheus()
 		a.Metrics = a.prom
+	}
+	if ss, ok := a.Store.(metrics.StatsStore); ok {
+		a.stats = &metrics.Stats{Store: ss, Now: func() time.Time { return a.Clock() }}
+		a.Metrics = metrics.Multi{a.Metrics, a.stats}
 	}
 	rules := cfg.Rules
 	if !cfg.RateLimitsEnabled {
@@ -272,7 +277,12 @@ func (a *App) BuildAdmin() error {
 	if es, ok := a.ConfigStore.(estimateStore); ok {
 		est = a.estimates(es)
 	}
+	var stats metrics.StatsStore
+	if ss, ok := a.Store.(metrics.StatsStore); ok {
+		stats = ss
+	}
 	a.Admin, err = adminapi.New(adminapi.Config{
+		Stats:         stats,
 		Estimates:     est,
 		Store:         a.ConfigStore,
 		ConfigRules:   config,

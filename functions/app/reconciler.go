@@ -94,5 +94,19 @@ func (a *App) recordRun(rep reconcile.Report) {
 		if e.Reserved > 0 {
 			a.Metrics.Observe(metrics.EstimateError, e.Ratio(), "None", "Route", route)
 		}
+		if a.stats != nil {
+			a.stats.Add(metrics.StatsEstimate, "reserved:"+route, float64(e.Reserved))
+			a.stats.Add(metrics.StatsEstimate, "used:"+route, float64(e.Used))
+		}
+	}
+	if a.stats != nil {
+		a.stats.Flush(context.Background()) // a run is rare: its numbers go at once
+	}
+}
+
+// FlushStats writes the dashboard's counts this process has pending.
+func (a *App) FlushStats(ctx context.Context) {
+	if a.stats != nil {
+		a.stats.Flush(ctx)
 	}
 }

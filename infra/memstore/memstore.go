@@ -42,6 +42,8 @@ type Store struct {
 	swept   time.Time
 	// rosters are fair-share rules' members by rule and window.
 	rosters map[string]map[int64]map[string]bool
+	// stats are the dashboard's counts by kind, minute and name.
+	stats map[string]map[int64]map[string]float64
 
 	cooldowns map[string]time.Time
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/configstore"
+	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers/pricing"
 )
@@ -57,6 +58,8 @@ type Config struct {
 	// AdaptiveFloor is the least they reserve.
 	Estimates     proxy.Estimates
 	AdaptiveFloor int64
+	// Stats, when set, serves GET /admin/stats.
+	Stats metrics.StatsStore
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
 	Logger  *slog.Logger
@@ -96,6 +99,7 @@ func New(cfg Config) (*Handler, error) {
 	h.crudRoutes(budgets)
 	h.mux.HandleFunc("POST /admin/explain", h.explain)
 	h.mux.HandleFunc("GET /admin/pauses", h.listPauses)
+	h.mux.HandleFunc("GET /admin/stats", h.stats)
 	h.mux.HandleFunc("POST /admin/pause", h.pause)
 	h.mux.HandleFunc("DELETE /admin/pause", h.unpause)
 	h.mux.HandleFunc("POST /admin/keys", h.createKey)
