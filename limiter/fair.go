@@ -77,9 +77,6 @@ func (f *FairShare) problems(r Rule) []error {
 	default:
 		errs = append(errs, fmt.Errorf("fair_share.by: %q is not child, user_path, key, class or tag:<name>", f.By))
 	}
-	if r.Bucket != nil || r.IsBudget() {
-		errs = append(errs, errors.New("fair_share: request and token windows and concurrency rules share fairly; buckets and budgets do not"))
-	}
 	if r.PerChild || r.Shards > 1 {
 		errs = append(errs, errors.New("fair_share: a fair-share rule is one shared counter: not per_child, not sharded"))
 	}
@@ -156,6 +153,19 @@ func (l *Limiter) fairOf(r *rule) *fairState {
 	return v.(*fairState)
 }
 
+// memberProto is the charge a member's counter of rule r is made from:
+// the rule's own shape, but for a bucket, whose counter is an arrival time,
+// a sliding window over the bucket's fill time (its Period), which counts
+// what each member took of it.
+func memberProto(now time.Time, r *rule, child string, kind Kind, limit int64) Charge {
+	if r.Bucket == nil {
+		return r.newCharge(now, child, kind, limit, 0)
+	}
+	c := Charge{Counter: Counter{Rule: r.counter, Child: child, Kind: kind}, Period: r.Period, Limit: limit, owner: r, whole: limit}
+	c.Counter.Window, _ = windowAt(now, r.Period)
+	return c
+}
+
 // memberCharge is the charge of a member's own counter: counted, never
 // refused.
 func memberCharge(c Charge, member string) Charge {
@@ -227,12 +237,13 @@ func (l *Limiter) refreshFair(ctx context.Context, now time.Time, r *rule, proto
 
 // fairLimit is the ceiling of the rule's limit for a request of member
 // (see above), from what this instance knows.
-func (l *Limiter) fairLimit(now time.Time, r *rule, f *FairShare, limit, amount int64, member string, period time.Duration) int64 {
+func (l *Limiter) fairLimit(now time.Time, r *rule, f *FairShare, limit, amount int64, member string, proto Charge) int64 {
+	period := proto.Period
 	fs := l.fairOf(r)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	used := func(s State) float64 { return float64(s.Cur) } // a gauge's slots held
-	if period != Concurrent {
+	used := func(s State) float64 { return float64(s.Cur) } // a gauge's slots, a fixed window's or a budget's count
+	if proto.Sliding() {
 		_, elapsed := windowAt(now, period)
 		used = func(s State) float64 {
 			return float64(s.Prev)*(1-float64(elapsed)/float64(period)) + float64(s.Cur)
@@ -295,14 +306,8 @@ func (l *Limiter) refreshFairs(ctx context.Context, now time.Time, ms []match) {
 		if r.FairShare == nil {
 			continue
 		}
-		kind, limit := KindRequests, r.MaxRequests
-		switch {
-		case r.Period == Concurrent:
-			kind = KindInFlight
-		case limit <= 0:
-			kind, limit = KindTokens, r.MaxTokens
-		}
-		l.refreshFair(ctx, now, r, r.newCharge(now, m.child, kind, limit, 0))
+		kind, limit := fairDimension(r)
+		l.refreshFair(ctx, now, r, memberProto(now, r, m.child, kind, limit))
 	}
 }
 
@@ -314,4 +319,22 @@ func (l *Limiter) noteFairs(ctx context.Context, now time.Time, charges []Charge
 			l.noteFair(ctx, now, c.owner, c.member, *c, out.States[i])
 		}
 	}
+}
+
+// fairDimension is the dimension of rule r that shares fairly, and its
+// limit in the rule's units.
+func fairDimension(r *rule) (Kind, int64) {
+	switch {
+	case r.Bucket != nil && r.Bucket.Tokens:
+		return KindTokens, r.Bucket.Capacity
+	case r.Bucket != nil:
+		return KindRequests, r.Bucket.Capacity
+	case r.IsBudget():
+		return KindCost, r.MaxCost
+	case r.Period == Concurrent:
+		return KindInFlight, r.MaxRequests
+	case r.MaxRequests > 0:
+		return KindRequests, r.MaxRequests
+	}
+	return KindTokens, r.MaxTokens
 }

@@ -169,3 +169,70 @@ func TestFairShareInFlight(t *testing.T) {
 		t.Fatalf("b got %d of its %d requests in while a held every slot it could", bIn, bAsked)
 	}
 }
+
+// fairDrive runs /t/a flooding (clients tries a tick) and /t/b asking
+// every bEvery from bStart on, through two limiters over one store, for d of
+// simulated time; it returns b's admissions and askings and a's
+// admissions.
+func fairDrive(t *testing.T, rule limiter.Rule, d, tick, bEvery, bStart time.Duration, clients int, price limiter.Price) (b, asked, a int) {
+	t.Helper()
+	store := memstore.New()
+	var ls []*limiter.Limiter
+	for range 2 {
+		rs, err := limiter.NewRules([]limiter.Rule{rule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+		ls = append(ls, l)
+	}
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	n := 0
+	try := func(now time.Time, path string) bool {
+		n++
+		dec, err := ls[n%2].Admit(context.Background(), now, limiter.Request{ID: fmt.Sprint("d", n), InputTokens: 1, Price: price,
+			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "gpt-4o"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec.Allowed
+	}
+	for i := range int(d / tick) {
+		now := t0.Add(time.Duration(i) * tick)
+		for range clients {
+			if try(now, "/t/a") {
+				a++
+			}
+		}
+		if time.Duration(i)*tick%bEvery == 0 && now.Sub(t0) >= bStart {
+			asked++
+			if try(now, "/t/b") {
+				b++
+			}
+		}
+	}
+	return b, asked, a
+}
+
+// Fair share on a token bucket and on a budget: the member that asks for
+// less than its share gets it while the other floods.
+func TestFairShareBucketAndBudget(t *testing.T) {
+	bucket := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Capacity: 60, RefillPerSecond: 1},
+		FairShare: &limiter.FairShare{By: "user_path"}}
+	b, asked, a := fairDrive(t, bucket, 3*time.Minute, 250*time.Millisecond, 2*time.Second, 5*time.Second, 4, limiter.Price{})
+	t.Logf("bucket of 60 at 1/s: b %d of %d, a %d", b, asked, a)
+	if b*10 < asked*9 {
+		t.Fatalf("bucket: b got %d of %d in", b, asked)
+	}
+	// $0.001 an hour; a request costs $0.00001 (1 input token at $10/M):
+	// 100 fit. b asks 1 every 2 s from the start: 50 in 100 s, its half.
+	// (Money spent is not given back: a budget's share is held for a
+	// member from when it first asks.)
+	budget := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", MaxCost: 1000, Calendar: limiter.CalendarHour,
+		FairShare: &limiter.FairShare{By: "user_path"}}
+	b, asked, a = fairDrive(t, budget, 100*time.Second, 250*time.Millisecond, 2*time.Second, 0, 4, limiter.Price{Input: 10_000_000})
+	t.Logf("budget of 100 requests: b %d of %d, a %d", b, asked, a)
+	if b < asked*9/10 || a+b > 100 {
+		t.Fatalf("budget: b got %d of %d in, a %d", b, asked, a)
+	}
+}

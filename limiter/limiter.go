@@ -325,14 +325,35 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			// holds: refused, and never more than its arithmetic holds.
 			c.units = units
 			c.Amount = SatMul(min(units, r.Bucket.Capacity+1), c.Unit)
+			if f := r.FairShare; f != nil {
+				// The bucket holds what the other members are owed of its
+				// capacity: its limit (in refill time) is lowered by it.
+				member := f.member(r.Rule, req.Subject, req.Class)
+				proto := memberProto(now, r, m.child, kind, r.Bucket.Capacity)
+				owed := r.Bucket.Capacity - l.fairLimit(now, r, f, r.Bucket.Capacity, units, member, proto)
+				c.Limit = max(c.Unit, c.Limit-SatMul(owed, c.Unit))
+				c.member = member
+				mc := proto
+				mc.Amount = units
+				charges = append(charges, c, memberCharge(mc, member))
+				continue
+			}
 			charges = append(charges, c)
+		case r.IsBudget() && r.FairShare != nil:
+			member := r.FairShare.member(r.Rule, req.Subject, req.Class)
+			proto := memberProto(now, r, m.child, KindCost, r.MaxCost)
+			c := r.newCharge(now, m.child, KindCost, max(1, l.fairLimit(now, r, r.FairShare, r.MaxCost, cost, member, proto)), 0)
+			c.Amount, c.member = cost, member
+			charges = append(charges, c, memberCharge(c, member))
+			tokens = tokens || cost > 0
 		case r.IsBudget():
 			add(m, KindCost, r.MaxCost, cost)
 			tokens = tokens || cost > 0
 		case r.Period == Concurrent && r.FairShare != nil:
 			if !req.UserPathOnly && r.MaxRequests > 0 {
 				member := r.FairShare.member(r.Rule, req.Subject, req.Class)
-				c := r.newCharge(now, m.child, KindInFlight, max(1, l.fairLimit(now, r, r.FairShare, r.MaxRequests, 1, member, Concurrent)), 0)
+				proto := memberProto(now, r, m.child, KindInFlight, r.MaxRequests)
+				c := r.newCharge(now, m.child, KindInFlight, max(1, l.fairLimit(now, r, r.FairShare, r.MaxRequests, 1, member, proto)), 0)
 				c.Amount, c.member = 1, member
 				charges = append(charges, c, memberCharge(c, member))
 				inFlight = true
@@ -351,7 +372,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 				kind, limit, amount = KindTokens, r.MaxTokens, total
 			}
 			member := r.FairShare.member(r.Rule, req.Subject, req.Class)
-			c := r.newCharge(now, m.child, kind, max(1, l.fairLimit(now, r, r.FairShare, limit, amount, member, r.Period)), 0)
+			c := r.newCharge(now, m.child, kind, max(1, l.fairLimit(now, r, r.FairShare, limit, amount, member, memberProto(now, r, m.child, kind, limit))), 0)
 			c.Amount, c.member = amount, member
 			charges = append(charges, c, memberCharge(c, member))
 			if kind == KindRequests {

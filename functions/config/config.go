@@ -277,6 +277,17 @@ type fairShareSpec struct {
 	DefaultWeight int64            `yaml:"default_weight" json:"default_weight"`
 }
 
+func (fs *fairShareSpec) fairShare() *limiter.FairShare {
+	f := &limiter.FairShare{By: fs.By, Weights: map[string]int64{}, DefaultWeight: fs.DefaultWeight}
+	for name, w := range fs.Weights {
+		if fs.By == "user_path" {
+			name = strings.ToLower(name)
+		}
+		f.Weights[name] = w
+	}
+	return f
+}
+
 type rampSpec struct {
 	Start int64  `yaml:"start" json:"start"`
 	Step  int64  `yaml:"step" json:"step"`
@@ -535,7 +546,7 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 			errs = append(errs, errors.New("window: a bucket has no window"))
 		}
 		if l.FairShare != nil {
-			errs = append(errs, errors.New("fair_share: request and token windows and concurrency rules share fairly; buckets and budgets do not"))
+			r.FairShare = l.FairShare.fairShare()
 		}
 		if l.Ramp != nil {
 			errs = append(errs, errors.New("ramp: only request and token windows ramp"))
@@ -547,13 +558,7 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 	errs = append(errs, err)
 	r.Window = w
 	if fs := l.FairShare; fs != nil {
-		r.FairShare = &limiter.FairShare{By: fs.By, Weights: map[string]int64{}, DefaultWeight: fs.DefaultWeight}
-		for name, w := range fs.Weights {
-			if fs.By == "user_path" {
-				name = strings.ToLower(name)
-			}
-			r.FairShare.Weights[name] = w
-		}
+		r.FairShare = fs.fairShare()
 	}
 	if rs := l.Ramp; rs != nil {
 		every, err := time.ParseDuration(rs.Every)

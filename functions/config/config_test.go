@@ -410,12 +410,24 @@ rate_limits:
   providers:
     - name: openai
       limits:
-        - {capacity: 6, refill_per_second: 1, fair_share: {by: child, weights: {a: 0}}}
+        - {capacity: 6, refill_per_second: 1, ramp: {start: 1, step: 1, every: 1m}, fair_share: {by: child, weights: {a: 0}}}
 `), 0o644)
 	_, err = load(t, Env{"TOLLGATE_CONFIG": p, "OPENAI_API_KEY": "x"})
-	for _, want := range []string{"buckets and budgets do not"} {
+	for _, want := range []string{"only request and token windows ramp", "fair_share.by: child is for user-path rules", "fair_share.weights.a"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q: %v", want, err)
 		}
+	}
+}
+
+func TestBudgetFairShareConfig(t *testing.T) {
+	p := t.TempDir() + "/c.yaml"
+	_ = os.WriteFile(p, []byte("budgets:\n  user_paths:\n    - {path: /, amount_usd: 100, period: day, fair_share: {by: child, weights: {research: 2}}}\n"), 0o644)
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := cfg.Rules[0].FairShare; f == nil || f.By != "child" || f.Weights["research"] != 2 || !cfg.Rules[0].IsBudget() {
+		t.Fatalf("budget fair share %+v", cfg.Rules[0])
 	}
 }

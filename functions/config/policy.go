@@ -67,6 +67,8 @@ type budgetAmount struct {
 	AmountUSD usdText `yaml:"amount_usd"`
 	Period    string  `yaml:"period"`
 	Shadow    bool    `yaml:"shadow"`
+	// FairShare shares the budget among its members by weight.
+	FairShare *fairShareSpec `yaml:"fair_share"`
 }
 
 type budgetsSpec struct {
@@ -210,6 +212,10 @@ func (cfg *Config) loadPolicy(f *file, at func(keys ...any) string) error {
 				return
 			}
 			r, err := BudgetRule(scope, subject, perChild, a.AmountUSD, a.Period, a.Shadow)
+			if err == nil && a.FairShare != nil {
+				r.FairShare = a.FairShare.fairShare()
+				err = r.Validate()
+			}
 			add(where, r, err)
 		}
 		for i, u := range b.UserPaths {
