@@ -480,6 +480,10 @@ func TestAdminRampAndFairShare(t *testing.T) {
 	if r, ok := a.app.Limiter.Rules().Lookup("provider:mock:60"); !ok || r.Ramp == nil || r.FairShare == nil || r.MaxRequests != 60 {
 		t.Fatalf("the limiter's rule %+v: want it ramped to 60 with its fair share", r)
 	}
+	if s, body := a.call(t, "POST", "/admin/budgets", master, `{"user_path":"/","period":"day","amount_usd":"100","fair_share":{"by":"child","weights":{"research":2}}}`); s != 201 ||
+		!strings.Contains(string(body), `"fair_share":{"by":"child","weights":{"research":2}}`) {
+		t.Fatalf("budget with a fair share: %d %s", s, body)
+	}
 	s, body = a.call(t, "POST", "/admin/rate-limits", master, `{"user_path":"/x","limit_key":{"period":"minute"},"max_requests":5,
 		"ramp":{"start":0,"every":"soon"},"fair_share":{"by":"planet"}}`)
 	if s != 400 || !strings.Contains(string(body), "ramp.every") || !strings.Contains(string(body), "fair_share.by") || !strings.Contains(string(body), "ramp.step") {

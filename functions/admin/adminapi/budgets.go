@@ -20,6 +20,7 @@ type budgetInput struct {
 	AmountUSD json.Number `json:"amount_usd"`
 	PerChild  bool        `json:"per_child"`
 	Shadow    bool        `json:"shadow"`
+	FairShare *fairJSON   `json:"fair_share"`
 	Version   int64       `json:"version"`
 	From      *identity   `json:"from"`
 }
@@ -33,6 +34,7 @@ type budgetView struct {
 	AmountUSD string       `json:"amount_usd"`
 	PerChild  bool         `json:"per_child"`
 	Shadow    bool         `json:"shadow,omitempty"`
+	FairShare *fairJSON    `json:"fair_share,omitempty"`
 	Source    string       `json:"source"`
 	Version   int64        `json:"version,omitempty"`
 	UpdatedAt *time.Time   `json:"updated_at,omitempty"`
@@ -56,6 +58,7 @@ func budgetViewOf(r limiter.Rule, version int64, updated time.Time) budgetView {
 	v := budgetView{
 		ID: r.ID(), key: r.Key(), Scope: r.Scope.String(), Subject: r.Subject, Period: r.Calendar.String(),
 		AmountUSD: limiter.FormatUSD(r.MaxCost), PerChild: r.PerChild, Shadow: r.Shadow, Source: r.Source.String(), Version: version,
+		FairShare: fairJSONOf(r.FairShare),
 	}
 	if !updated.IsZero() {
 		v.UpdatedAt = &updated
@@ -124,6 +127,10 @@ func (in *budgetInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rul
 	rule := in.identity.ruleOr(base, errs, true)
 	rule.PerChild = rule.PerChild || in.PerChild
 	rule.Shadow, rule.Source = in.Shadow, limiter.SourceManual
+	rule.FairShare = nil
+	if f := in.FairShare; f != nil {
+		rule.FairShare = &limiter.FairShare{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight}
+	}
 	if in.AmountUSD == "" {
 		*errs = append(*errs, fieldError{Field: "amount_usd", Message: "required: dollars per period, e.g. \"5.00\""})
 	} else if v, err := limiter.ParseUSD(strings.Trim(string(in.AmountUSD), `"`)); err != nil {
@@ -146,7 +153,8 @@ var budgets = &kind{
 	what: "budget", budget: true, collection: "/admin/budgets",
 	newInput: func() input { return &budgetInput{} },
 	inputOf: func(r limiter.Rule) input {
-		return &budgetInput{AmountUSD: json.Number(limiter.FormatUSD(r.MaxCost)), PerChild: r.PerChild, Shadow: r.Shadow}
+		return &budgetInput{AmountUSD: json.Number(limiter.FormatUSD(r.MaxCost)), PerChild: r.PerChild, Shadow: r.Shadow,
+			FairShare: fairJSONOf(r.FairShare)}
 	},
 	view: func(r limiter.Rule, v int64, at time.Time) any { return budgetViewOf(r, v, at) },
 	viewWithUsage: func(r limiter.Rule, v int64, at time.Time, u *limiter.RuleUsage) any {
