@@ -50,9 +50,10 @@ type FairShare struct {
 // a fair-share rule before reading them again.
 const FairRefresh = 500 * time.Millisecond
 
-// MaxFairMembers bounds the members of one rule an instance follows: past
-// it, the least recently seen are forgotten (they still count in the
-// rule's own counter).
+// MaxFairMembers bounds the members of one rule an instance follows and
+// reads each refresh: past it, the others are known only through their
+// own admissions on this instance (they still count in the rule's own
+// counter, so the limit holds; only their shares are not reserved).
 const MaxFairMembers = 256
 
 // Rosters are stores that keep, per rule and window, the set of members
@@ -209,9 +210,12 @@ func (l *Limiter) refreshFair(ctx context.Context, now time.Time, r *rule, proto
 		names[n] = true
 	}
 	fs.mu.Unlock()
-	reads := make([]Charge, 0, len(names))
-	order := make([]string, 0, len(names))
+	reads := make([]Charge, 0, min(len(names), MaxFairMembers))
+	order := make([]string, 0, cap(reads))
 	for n := range names {
+		if len(order) == MaxFairMembers {
+			break // a bounded read: past it, members are seen through their own admissions
+		}
 		reads = append(reads, memberCharge(proto, n))
 		order = append(order, n)
 	}
