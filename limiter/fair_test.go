@@ -16,18 +16,9 @@ import (
 // what b asked, over the minutes after the first.
 func fairRun(t *testing.T, weights map[string]int64, aClients, bClients int, bEvery time.Duration) (a, b, bAsked int) {
 	t.Helper()
-	store := memstore.New()
 	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 60,
 		FairShare: &limiter.FairShare{By: "user_path", Weights: weights}}
-	var ls []*limiter.Limiter
-	for range 2 {
-		rs, err := limiter.NewRules([]limiter.Rule{rule})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
-		ls = append(ls, l)
-	}
+	ls := twoInstances(t, rule)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	const tick = 250 * time.Millisecond
 	n := 0
@@ -105,18 +96,9 @@ func TestFairShare(t *testing.T) {
 // 8 requests of a second each trying, and /t/b, which starts one every
 // 500 ms (two in flight: its share): b gets at least 90 % in.
 func TestFairShareInFlight(t *testing.T) {
-	store := memstore.New()
 	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 4,
 		FairShare: &limiter.FairShare{By: "user_path"}}
-	var ls []*limiter.Limiter
-	for range 2 {
-		rs, err := limiter.NewRules([]limiter.Rule{rule})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
-		ls = append(ls, l)
-	}
+	ls := twoInstances(t, rule)
 	type held struct {
 		l     *limiter.Limiter
 		lease *limiter.Lease
@@ -176,16 +158,7 @@ func TestFairShareInFlight(t *testing.T) {
 // admissions.
 func fairDrive(t *testing.T, rule limiter.Rule, d, tick, bEvery, bStart time.Duration, clients int, price limiter.Price) (b, asked, a int) {
 	t.Helper()
-	store := memstore.New()
-	var ls []*limiter.Limiter
-	for range 2 {
-		rs, err := limiter.NewRules([]limiter.Rule{rule})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
-		ls = append(ls, l)
-	}
+	ls := twoInstances(t, rule)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	n := 0
 	try := func(now time.Time, path string) bool {
@@ -234,5 +207,75 @@ func TestFairShareBucketAndBudget(t *testing.T) {
 	t.Logf("budget of 100 requests: b %d of %d, a %d", b, asked, a)
 	if b < asked*9/10 || a+b > 100 {
 		t.Fatalf("budget: b got %d of %d in, a %d", b, asked, a)
+	}
+}
+
+// twoInstances returns two limiters with rule over one store: two gateway
+// instances.
+func twoInstances(t *testing.T, rule limiter.Rule) []*limiter.Limiter {
+	t.Helper()
+	store := memstore.New()
+	var ls []*limiter.Limiter
+	for range 2 {
+		rs, err := limiter.NewRules([]limiter.Rule{rule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// failingReads is a store whose reads (and roster reads) fail while down
+// is set: a store blip during fair-share refreshes.
+type failingReads struct {
+	*memstore.Store
+	down bool
+}
+
+func (f *failingReads) Read(ctx context.Context, now time.Time, cs []limiter.Charge) ([]limiter.State, error) {
+	if f.down {
+		return nil, limiter.ErrStoreUnavailable
+	}
+	return f.Store.Read(ctx, now, cs)
+}
+
+func (f *failingReads) Roster(ctx context.Context, rule string, windows []int64) ([]string, error) {
+	if f.down {
+		return nil, limiter.ErrStoreUnavailable
+	}
+	return f.Store.Roster(ctx, rule, windows)
+}
+
+// A store that cannot answer the fair-share reads costs fairness, never
+// the limit: admissions go on through the rule's own conditional charge,
+// and never more than 60 pass in a window of 60.
+func TestFairShareStoreBlipKeepsTheLimit(t *testing.T) {
+	store := &failingReads{Store: memstore.New()}
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 60, Window: limiter.WindowFixed,
+		FairShare: &limiter.FairShare{By: "user_path"}}
+	rs, _ := limiter.NewRules([]limiter.Rule{rule})
+	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	admitted := 0
+	for i := range 400 {
+		store.down = i%3 != 0 // most refreshes fail
+		now := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		if now.Sub(t0) >= time.Minute {
+			break
+		}
+		path := []string{"/t/a", "/t/b"}[i%2]
+		d, err := l.Admit(context.Background(), now, limiter.Request{ID: fmt.Sprint("blip", i),
+			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "m"}})
+		if err != nil {
+			t.Fatalf("a failed fair-share read failed the admission: %v", err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 60 {
+		t.Fatalf("%d admitted in a fixed window of 60", admitted)
 	}
 }

@@ -92,10 +92,8 @@ func New(cfg Config) (*Handler, error) {
 	for _, r := range cfg.ConfigRules {
 		h.config[r.Key()] = r
 	}
-	h.mux.HandleFunc("GET /admin/rate-limits", h.listRules)
 	h.mux.HandleFunc("POST /admin/rate-limits/reset", h.resetAll)
 	h.crudRoutes(rules)
-	h.mux.HandleFunc("GET /admin/budgets", h.listBudgets)
 	h.crudRoutes(budgets)
 	h.mux.HandleFunc("POST /admin/explain", h.explain)
 	h.mux.HandleFunc("GET /admin/pauses", h.listPauses)

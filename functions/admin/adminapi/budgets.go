@@ -2,7 +2,6 @@ package adminapi
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
 	"time"
 
@@ -40,8 +39,6 @@ type budgetView struct {
 	UpdatedAt *time.Time   `json:"updated_at,omitempty"`
 	Usage     *budgetUsage `json:"usage"`
 	Note      string       `json:"note,omitempty"`
-
-	key limiter.RuleKey
 }
 
 // budgetUsage is a budget's current period: spent (settled), reserved by
@@ -56,7 +53,7 @@ type budgetUsage struct {
 
 func budgetViewOf(r limiter.Rule, version int64, updated time.Time) budgetView {
 	v := budgetView{
-		ID: r.ID(), key: r.Key(), Scope: r.Scope.String(), Subject: r.Subject, Period: r.Calendar.String(),
+		ID: r.ID(), Scope: r.Scope.String(), Subject: r.Subject, Period: r.Calendar.String(),
 		AmountUSD: limiter.FormatUSD(r.MaxCost), PerChild: r.PerChild, Shadow: r.Shadow, Source: r.Source.String(), Version: version,
 		FairShare: fairJSONOf(r.FairShare),
 	}
@@ -81,45 +78,6 @@ func budgetUsageOf(u limiter.RuleUsage) *budgetUsage {
 		PeriodStart:  u.WindowStart.UTC(),
 		PeriodEnd:    u.WindowEnd.UTC(),
 	}
-}
-
-func (h *Handler) listBudgets(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	snap, err := h.cfg.Store.Snapshot(ctx)
-	if err != nil {
-		h.storeFailed(w, err)
-		return
-	}
-	if err := h.cfg.Watcher.Load(ctx); err != nil {
-		h.storeFailed(w, err)
-		return
-	}
-	live, err := h.cfg.Limiter.AllUsage(ctx, h.cfg.Now())
-	if err != nil {
-		h.storeFailed(w, err)
-		return
-	}
-	usage := map[limiter.RuleKey]limiter.RuleUsage{}
-	for _, u := range live {
-		usage[u.Rule.Key()] = u
-	}
-	out := []budgetView{}
-	for _, cr := range h.cfg.ConfigRules {
-		if cr.IsBudget() {
-			out = append(out, budgetViewOf(cr, 0, time.Time{}))
-		}
-	}
-	for _, m := range snap.Rules {
-		if _, shadowed := h.config[m.Key()]; !shadowed && m.IsBudget() {
-			out = append(out, budgetViewOf(m.Rule, m.Version, m.UpdatedAt))
-		}
-	}
-	for i := range out {
-		if u, ok := usage[out[i].key]; ok {
-			out[i].Usage = budgetUsageOf(u)
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"budgets": out, "version": snap.Version})
 }
 
 // build checks a budget body; see ruleInput.build.
@@ -150,7 +108,7 @@ func (in *budgetInput) names() *identity   { return &in.identity }
 func (in *budgetInput) setVersion(v int64) { in.Version = v }
 
 var budgets = &kind{
-	what: "budget", budget: true, collection: "/admin/budgets",
+	what: "budget", budget: true, collection: "/admin/budgets", listKey: "budgets",
 	newInput: func() input { return &budgetInput{} },
 	inputOf: func(r limiter.Rule) input {
 		return &budgetInput{AmountUSD: json.Number(limiter.FormatUSD(r.MaxCost)), PerChild: r.PerChild, Shadow: r.Shadow,

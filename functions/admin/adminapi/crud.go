@@ -40,6 +40,7 @@ type kind struct {
 	what       string // "rule" or "budget"
 	budget     bool
 	collection string
+	listKey    string // the list's member in GET <collection>
 	newInput   func() input
 	// inputOf is a rule's own fields as a body, which a PATCH overlays.
 	inputOf       func(limiter.Rule) input
@@ -48,6 +49,7 @@ type kind struct {
 }
 
 func (h *Handler) crudRoutes(k *kind) {
+	h.mux.HandleFunc("GET "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.list(w, r, k) })
 	h.mux.HandleFunc("POST "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.create(w, r, k) })
 	h.mux.HandleFunc("PUT "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.replace(w, r, k, false) })
 	h.mux.HandleFunc("PUT "+k.collection+"/{id...}", func(w http.ResponseWriter, r *http.Request) { h.replace(w, r, k, true) })
@@ -56,6 +58,42 @@ func (h *Handler) crudRoutes(k *kind) {
 	h.mux.HandleFunc("DELETE "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.remove(w, r, k, false) })
 	h.mux.HandleFunc("DELETE "+k.collection+"/{id...}", func(w http.ResponseWriter, r *http.Request) { h.remove(w, r, k, true) })
 	h.mux.HandleFunc("POST "+k.collection+"/reset-one", func(w http.ResponseWriter, r *http.Request) { h.resetOne(w, r, k) })
+}
+
+// list answers every rule of the kind, the configuration's first, each
+// with its live usage.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, k *kind) {
+	ctx := r.Context()
+	snap, err := h.cfg.Store.Snapshot(ctx)
+	if err != nil {
+		h.storeFailed(w, err)
+		return
+	}
+	if err := h.cfg.Watcher.Load(ctx); err != nil {
+		h.storeFailed(w, err)
+		return
+	}
+	live, err := h.cfg.Limiter.AllUsage(ctx, h.cfg.Now())
+	if err != nil {
+		h.storeFailed(w, err)
+		return
+	}
+	usage := map[limiter.RuleKey]*limiter.RuleUsage{}
+	for i := range live {
+		usage[live[i].Rule.Key()] = &live[i]
+	}
+	out := []any{}
+	for _, cr := range h.cfg.ConfigRules {
+		if cr.IsBudget() == k.budget {
+			out = append(out, k.viewWithUsage(cr, 0, time.Time{}, usage[cr.Key()]))
+		}
+	}
+	for _, m := range snap.Rules {
+		if _, shadowed := h.config[m.Key()]; !shadowed && m.IsBudget() == k.budget {
+			out = append(out, k.viewWithUsage(m.Rule, m.Version, m.UpdatedAt, usage[m.Key()]))
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{k.listKey: out, "version": snap.Version})
 }
 
 // urlRule returns the identity the URL's {id} names, answering 404 when it

@@ -73,13 +73,11 @@ type ruleView struct {
 	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
 	Usage           *UsageView `json:"usage"`
 	Note            string     `json:"note,omitempty"`
-
-	key limiter.RuleKey
 }
 
 func viewOf(r limiter.Rule, version int64, updated time.Time) ruleView {
 	v := ruleView{
-		ID: r.ID(), key: r.Key(), Scope: r.Scope.String(), Subject: r.Subject, LimitKey: limitKeyOf(r),
+		ID: r.ID(), Scope: r.Scope.String(), Subject: r.Subject, LimitKey: limitKeyOf(r),
 		MaxRequests: r.MaxRequests, MaxTokens: r.MaxTokens, MaxInputTokens: r.MaxInputTokens, MaxOutputTokens: r.MaxOutputTokens,
 		Priority: r.Priority, Always: r.Always, Shadow: r.Shadow,
 		PerChild: r.PerChild, Shards: r.Shards, Source: r.Source.String(), Version: version,
@@ -150,45 +148,6 @@ func UsageOf(u limiter.RuleUsage) *UsageView {
 		}
 	}
 	return v
-}
-
-func (h *Handler) listRules(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	snap, err := h.cfg.Store.Snapshot(ctx)
-	if err != nil {
-		h.storeFailed(w, err)
-		return
-	}
-	if err := h.cfg.Watcher.Load(ctx); err != nil {
-		h.storeFailed(w, err)
-		return
-	}
-	usage := map[limiter.RuleKey]limiter.RuleUsage{}
-	live, err := h.cfg.Limiter.AllUsage(ctx, h.cfg.Now())
-	if err != nil {
-		h.storeFailed(w, err)
-		return
-	}
-	for _, u := range live {
-		usage[u.Rule.Key()] = u
-	}
-	out := []ruleView{}
-	for _, cr := range h.cfg.ConfigRules {
-		if !cr.IsBudget() {
-			out = append(out, viewOf(cr, 0, time.Time{}))
-		}
-	}
-	for _, m := range snap.Rules {
-		if _, shadowed := h.config[m.Key()]; !shadowed && !m.IsBudget() {
-			out = append(out, viewOf(m.Rule, m.Version, m.UpdatedAt))
-		}
-	}
-	for i := range out {
-		if u, ok := usage[out[i].key]; ok {
-			out[i].Usage = UsageOf(u)
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"rate_limits": out, "version": snap.Version})
 }
 
 // build checks a rule body and returns the rule it describes: the rule
@@ -277,7 +236,7 @@ func ruleInputOf(r limiter.Rule) input {
 }
 
 var rules = &kind{
-	what: "rule", collection: "/admin/rate-limits",
+	what: "rule", collection: "/admin/rate-limits", listKey: "rate_limits",
 	newInput: func() input { return &ruleInput{} },
 	inputOf:  ruleInputOf,
 	view:     func(r limiter.Rule, v int64, at time.Time) any { return viewOf(r, v, at) },

@@ -138,28 +138,12 @@ type messagesRequest struct {
 }
 
 func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
-	const proto = providers.ProtocolAnthropic
-	var req messagesRequest
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	req, caller, body, ok := h.beginMessages(w, r, true)
 	if !ok {
 		return
 	}
-	switch {
-	case req.Model == nil || *req.Model == "":
-		badRequest(w, proto, "model", "model: field required")
-		return
-	case req.MaxTokens == nil:
-		badRequest(w, proto, "max_tokens", "max_tokens: field required")
-		return
-	case *req.MaxTokens < 1 || *req.MaxTokens > providers.MaxRequestTokens:
-		badRequest(w, proto, "max_tokens", "max_tokens: must be an integer from 1 to "+itoa(providers.MaxRequestTokens))
-		return
-	case len(req.Messages) == 0:
-		badRequest(w, proto, "messages", "messages: at least one message is required")
-		return
-	}
 	model := *req.Model
-	h.serve(w, r, &exchange{proto: proto, op: providers.OpMessages, model: model, body: body, stream: req.Stream,
+	h.serve(w, r, &exchange{proto: providers.ProtocolAnthropic, op: providers.OpMessages, model: model, body: body, stream: req.Stream,
 		maxTokens: *req.MaxTokens, inputTokens: h.messagesInput(model, &req), caller: caller, header: r.Header})
 }
 
@@ -167,24 +151,40 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 // by user-path rules as one request, charged no tokens (the provider does
 // not bill it), sent to the model's provider.
 func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
+	req, caller, body, ok := h.beginMessages(w, r, false)
+	if !ok {
+		return
+	}
+	model := *req.Model
+	h.serve(w, r, &exchange{proto: providers.ProtocolAnthropic, op: providers.OpCountTokens, model: model, body: body,
+		inputTokens: h.messagesInput(model, &req), free: true, userPathOnly: true, caller: caller, header: r.Header,
+		path: "/v1/messages/count_tokens"})
+}
+
+// beginMessages reads a Messages body (or a count_tokens one, which has
+// no max_tokens), answering 400 in Anthropic's shape for what it lacks.
+func (h *Handler) beginMessages(w http.ResponseWriter, r *http.Request, needMaxTokens bool) (messagesRequest, Caller, []byte, bool) {
 	const proto = providers.ProtocolAnthropic
 	var req messagesRequest
 	caller, body, ok := h.beginJSON(w, r, proto, &req)
 	if !ok {
-		return
+		return req, caller, nil, false
 	}
 	switch {
 	case req.Model == nil || *req.Model == "":
 		badRequest(w, proto, "model", "model: field required")
-		return
+		return req, caller, nil, false
+	case needMaxTokens && req.MaxTokens == nil:
+		badRequest(w, proto, "max_tokens", "max_tokens: field required")
+		return req, caller, nil, false
+	case needMaxTokens && (*req.MaxTokens < 1 || *req.MaxTokens > providers.MaxRequestTokens):
+		badRequest(w, proto, "max_tokens", "max_tokens: must be an integer from 1 to "+itoa(providers.MaxRequestTokens))
+		return req, caller, nil, false
 	case len(req.Messages) == 0:
 		badRequest(w, proto, "messages", "messages: at least one message is required")
-		return
+		return req, caller, nil, false
 	}
-	model := *req.Model
-	h.serve(w, r, &exchange{proto: proto, op: providers.OpCountTokens, model: model, body: body,
-		inputTokens: h.messagesInput(model, &req), free: true, userPathOnly: true, caller: caller, header: r.Header,
-		path: "/v1/messages/count_tokens"})
+	return req, caller, body, true
 }
 
 // messagesInput estimates the prompt of a Messages request.
