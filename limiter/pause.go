@@ -75,9 +75,7 @@ func (p Pause) Problems() []error {
 func (p Pause) Matches(s Subject) bool {
 	switch p.Scope {
 	case ScopeUserPath:
-		sub := strings.ToLower(strings.TrimSuffix(p.Subject, "/"))
-		path := strings.ToLower(s.UserPath)
-		return sub == "" || path == sub || strings.HasPrefix(path, sub+"/")
+		return PathWithin(s.UserPath, p.Subject)
 	case ScopeProvider:
 		return s.Provider != "" && strings.EqualFold(p.Subject, s.Provider)
 	case ScopeModel:

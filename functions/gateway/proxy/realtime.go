@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
@@ -93,7 +92,7 @@ func (h *Handler) endSession(w http.ResponseWriter, r *http.Request) {
 			message: "the gateway cannot end the session right now; try again"}, 0)
 		return
 	}
-	if !within(s.UserPath, caller.UserPath) {
+	if !limiter.PathWithin(s.UserPath, caller.UserPath) {
 		// Not this caller's: leave it as it was.
 		if err := h.cfg.Sessions.PutSession(context.WithoutCancel(r.Context()), s); err != nil {
 			h.log.Error("could not put back a realtime session another caller tried to end; its slot frees at its expiry",
@@ -109,11 +108,4 @@ func (h *Handler) endSession(w http.ResponseWriter, r *http.Request) {
 	b, _ := json.Marshal(map[string]any{"id": id, "object": "realtime.session", "ended": true})
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
-}
-
-// within reports whether path is ancestor or below it.
-func within(path, ancestor string) bool {
-	a := strings.ToLower(strings.TrimSuffix(ancestor, "/"))
-	p := strings.ToLower(path)
-	return a == "" || p == a || strings.HasPrefix(p, a+"/")
 }
