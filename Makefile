@@ -18,7 +18,7 @@ CONFIG    ?= $(wildcard tollgate.yaml)
 LOCALSTACK := docker compose -f localstack/docker-compose.yml
 STACK      ?= tollgate
 
-.PHONY: help run run-dynamodb test bench build lint lint-template deps deploy localstack-up localstack-deploy localstack-down docker-check
+.PHONY: help run run-dynamodb test bench build lint lint-template deps chromium screenshots deploy localstack-up localstack-deploy localstack-down docker-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -38,10 +38,14 @@ run-dynamodb: $(NPM_STAMP) ## the same process against DynamoDB Local (started a
 NORACE_PKGS := ./providers/tokens/... ./providers/jsonx ./providers/pricing ./functions/config
 RACE_PKGS    = $(shell $(GO) list ./... | grep -v -e /providers/tokens -e /providers/jsonx -e /providers/pricing -e /functions/config$$)
 
-test: $(NPM_STAMP) ## everything: vet, cfn-lint, then every test (with the race detector where there is concurrency), DynamoDB suites on DynamoDB Local
+# The dashboard's browser test saves its screenshots here (CI's artefacts).
+ARTIFACTS := $(CURDIR)/.artifacts
+
+test: $(NPM_STAMP) ## everything: vet, cfn-lint, then every test (with the race detector where there is concurrency), DynamoDB suites on DynamoDB Local, the dashboard in headless Chromium
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory lint-template
-	TOLLGATE_REQUIRE_DYNAMODB=1 $(WITH_DDB) $(GO) test -race -count=1 $(RACE_PKGS)
+	TOLLGATE_REQUIRE_DYNAMODB=1 TOLLGATE_REQUIRE_BROWSER=1 TOLLGATE_ARTIFACTS=$(ARTIFACTS) \
+		$(WITH_DDB) $(GO) test -race -count=1 $(RACE_PKGS)
 	$(GO) test -count=1 $(NORACE_PKGS)
 
 bench: $(NPM_STAMP) ## every benchmark, with allocations, DynamoDB ones on DynamoDB Local
@@ -93,8 +97,25 @@ docker-check:
 	@docker compose version >/dev/null 2>&1 || { echo "LocalStack needs the Docker Compose plugin ('docker compose'): https://docs.docker.com/compose/install/linux/ (the old docker-compose v1 is not enough)"; exit 1; }
 	@docker info >/dev/null 2>&1 || { echo "the Docker daemon is not running or not reachable: start it (sudo systemctl start docker) or check that you may use it (the docker group)"; exit 1; }
 
-deps: $(NPM_STAMP) ## install the Go modules and the tests' Node packages
+deps: $(NPM_STAMP) chromium ## install the Go modules, the tests' Node packages and Chromium
 	$(GO) mod download
+
+# Headless Chromium for the dashboard's browser test, from the system's
+# packages (Debian's chromium) when there is none.
+chromium: ## headless Chromium for the dashboard's browser test (apt-get when missing)
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then \
+		echo "chromium: installed"; \
+	elif command -v apt-get >/dev/null; then \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		echo "installing chromium with apt-get"; \
+		$$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else \
+		echo "install Chromium or Google Chrome: the dashboard's browser test needs one"; exit 1; \
+	fi
+
+screenshots: $(NPM_STAMP) ## the dashboard's browser test, writing its screenshots to docs/screenshots for the README
+	TOLLGATE_REQUIRE_DYNAMODB=1 TOLLGATE_REQUIRE_BROWSER=1 TOLLGATE_UPDATE_SCREENSHOTS=1 TOLLGATE_ARTIFACTS=$(ARTIFACTS) \
+		$(WITH_DDB) $(GO) test -count=1 -run TestDashboardInBrowser ./tests
 
 $(NPM_STAMP): tests/package.json tests/package-lock.json
 	@command -v npm >/dev/null || { echo "npm (Node 20) is needed for the tests' packages"; exit 1; }

@@ -281,7 +281,12 @@ func (a *App) BuildAdmin() error {
 	if ss, ok := a.Store.(metrics.StatsStore); ok {
 		stats = ss
 	}
+	var providers []adminapi.Provider
+	for _, p := range a.Config.Providers {
+		providers = append(providers, adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models})
+	}
 	a.Admin, err = adminapi.New(adminapi.Config{
+		Providers:     providers,
 		Stats:         stats,
 		Estimates:     est,
 		Store:         a.ConfigStore,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -34,11 +35,52 @@ type Dynamo struct {
 	api   API
 	table string
 	now   func() time.Time
+	calls *atomic.Int64
 }
 
 // NewDynamo returns a store on the config table.
 func NewDynamo(api API, table string) *Dynamo {
-	return &Dynamo{api: api, table: table, now: time.Now}
+	calls := new(atomic.Int64)
+	return &Dynamo{api: counted{api, calls}, table: table, now: time.Now, calls: calls}
+}
+
+// RoundTrips is the number of API calls the store has made.
+func (d *Dynamo) RoundTrips() int64 { return d.calls.Load() }
+
+// counted counts the calls made through an API.
+type counted struct {
+	API
+	n *atomic.Int64
+}
+
+func (c counted) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.n.Add(1)
+	return c.API.GetItem(ctx, in, o...)
+}
+
+func (c counted) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	c.n.Add(1)
+	return c.API.PutItem(ctx, in, o...)
+}
+
+func (c counted) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c.n.Add(1)
+	return c.API.UpdateItem(ctx, in, o...)
+}
+
+func (c counted) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	c.n.Add(1)
+	return c.API.Query(ctx, in, o...)
+}
+
+func (c counted) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.n.Add(1)
+	return c.API.TransactWriteItems(ctx, in, o...)
+}
+
+func (c counted) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	c.n.Add(1)
+	return c.API.DeleteItem(ctx, in, o...)
 }
 
 const (

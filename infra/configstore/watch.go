@@ -55,6 +55,8 @@ type Watcher struct {
 	budgetZone atomic.Pointer[time.Location]
 	// pauses are the admin API's pauses as last loaded.
 	pauses atomic.Pointer[[]limiter.Pause]
+	// snap is the store's snapshot as last loaded.
+	snap atomic.Pointer[Snapshot]
 	// ramps are the ramped rules as last loaded, with where each stands;
 	// health says whether a rule's upstream answered 429 since an instant.
 	ramps  atomic.Pointer[[]rampEntry]
@@ -162,6 +164,21 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	}
 }
 
+// Current returns the store's snapshot as the rules in force were loaded
+// from, after bringing them up to date whatever the interval: one read of
+// the version when nothing changed, the snapshot too when it did. The
+// admin API reads its lists through it, so a dashboard refreshing every few
+// seconds costs one small read of the configuration, not a snapshot.
+func (w *Watcher) Current(ctx context.Context) (Snapshot, error) {
+	if err := w.refresh(ctx, w.now()); err != nil {
+		return Snapshot{}, err
+	}
+	if s := w.snap.Load(); s != nil {
+		return *s, nil
+	}
+	return Snapshot{}, nil
+}
+
 // Load reads the rules now, whatever the interval.
 func (w *Watcher) Load(ctx context.Context) error {
 	w.mu.Lock()
@@ -207,6 +224,7 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 	w.limiter.SetRules(rs)
 	pauses := snap.Pauses
 	w.pauses.Store(&pauses)
+	w.snap.Store(&snap)
 	w.mu.Lock()
 	changed := !w.everLoaded || snap.Version != w.version
 	w.version, w.loaded, w.everLoaded = snap.Version, true, true

@@ -16,7 +16,10 @@ import (
 
 // Read implements limiter.Store with strongly consistent reads, bypassing
 // the closed-window cache. Gauges count only leases not yet expired, as in
-// Charge.
+// Charge, to within readReclaimEvery: the expired leases a read finds are
+// released at most that often, so a dashboard polling every few seconds
+// does not query the lease index on every poll (admission reclaims on its
+// own, whenever it would refuse).
 func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charge) ([]limiter.State, error) {
 	keys := make([]string, 0, 2*len(charges))
 	gauges := false
@@ -29,7 +32,7 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 			keys = append(keys, prevSources(c)...)
 		}
 	}
-	if gauges {
+	if gauges && s.readReclaimDue(now) {
 		if _, err := s.reclaim(ctx, now, reclaimOnAdmission); err != nil {
 			return nil, err
 		}
@@ -49,6 +52,19 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 		}
 	}
 	return out, nil
+}
+
+// readReclaimEvery is how often reads release the expired leases.
+const readReclaimEvery = 10 * time.Second
+
+// readReclaimDue reports whether a read at now should release expired
+// leases, and if so marks it done.
+func (s *Store) readReclaimDue(now time.Time) bool {
+	last := s.readReclaimed.Load()
+	if last != 0 && now.UnixNano()-last < int64(readReclaimEvery) && now.UnixNano() >= last {
+		return false
+	}
+	return s.readReclaimed.CompareAndSwap(last, now.UnixNano())
 }
 
 // getCounts reads counter items consistently: a window's n, a gauge's

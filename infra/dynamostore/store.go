@@ -99,6 +99,7 @@ type Store struct {
 	wall func() time.Time // for TTLs only, never for decisions
 
 	roundTrips    atomic.Int64
+	readReclaimed atomic.Int64 // unix ns of the last read that released expired leases
 	wcuMilli      atomic.Int64 // consumed capacity × 1000
 	indexWCUMilli atomic.Int64
 	txItems       atomic.Int64

@@ -22,7 +22,9 @@ const (
 // Stats is a Sink that keeps refusals by rule, per minute, in a
 // StatsStore, for GET /admin/stats: added up in process and written at
 // most every FlushEvery (one write per kind and minute), so a flood of
-// refusals costs no write each.
+// refusals costs no write each. The first count is written at once; what
+// comes after is written FlushEvery after the last write, by a timer when
+// no later count brings it, so a burst that stops is not left unwritten.
 type Stats struct {
 	Store      StatsStore
 	Now        func() time.Time
@@ -32,6 +34,7 @@ type Stats struct {
 	pending  map[statsKey]map[string]float64
 	flushed  time.Time
 	flushing bool
+	timer    *time.Timer // set while a flush is scheduled
 }
 
 type statsKey struct {
@@ -62,28 +65,21 @@ func (s *Stats) Count(name string, n float64, dims ...string) {
 func (s *Stats) Observe(string, float64, string, ...string) {}
 
 // Add counts n more of name in kind's current minute, and writes what is
-// pending when FlushEvery has passed (in the background).
+// pending (in the background) when FlushEvery has passed since the last
+// write, or schedules that write.
 func (s *Stats) Add(kind, name string, n float64) {
 	now := s.now()
 	k := statsKey{kind, now.Truncate(time.Minute)}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.pending == nil {
 		s.pending = map[statsKey]map[string]float64{}
-		s.flushed = now
 	}
 	if s.pending[k] == nil {
 		s.pending[k] = map[string]float64{}
 	}
 	s.pending[k][name] += n
-	every := s.FlushEvery
-	if every <= 0 {
-		every = 10 * time.Second
-	}
-	due := !s.flushing && now.Sub(s.flushed) >= every
-	s.mu.Unlock()
-	if due {
-		go s.Flush(context.Background())
-	}
+	s.scheduleLocked(now)
 }
 
 // Flush writes what is pending. A failed write is dropped: these are
@@ -94,6 +90,10 @@ func (s *Stats) Flush(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
 	pending := s.pending
 	s.pending, s.flushing, s.flushed = map[statsKey]map[string]float64{}, true, s.now()
 	s.mu.Unlock()
@@ -102,7 +102,24 @@ func (s *Stats) Flush(ctx context.Context) {
 	}
 	s.mu.Lock()
 	s.flushing = false
+	if len(s.pending) > 0 { // counted while writing
+		s.scheduleLocked(s.now())
+	}
 	s.mu.Unlock()
+}
+
+// scheduleLocked arranges the next write of what is pending: at once when
+// FlushEvery has passed since the last, else by a timer for the rest.
+func (s *Stats) scheduleLocked(now time.Time) {
+	if s.flushing || s.timer != nil {
+		return
+	}
+	every := s.FlushEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	wait := max(0, min(every, every-now.Sub(s.flushed)))
+	s.timer = time.AfterFunc(wait, func() { s.Flush(context.Background()) })
 }
 
 // Multi sends every measurement to each sink.

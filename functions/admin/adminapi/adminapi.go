@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/functions/admin/adminui"
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/metrics"
@@ -60,6 +61,8 @@ type Config struct {
 	AdaptiveFloor int64
 	// Stats, when set, serves GET /admin/stats.
 	Stats metrics.StatsStore
+	// Providers are listed by GET /admin/overview.
+	Providers []Provider
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
 	Logger  *slog.Logger
@@ -98,6 +101,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /admin/explain", h.explain)
 	h.mux.HandleFunc("GET /admin/pauses", h.listPauses)
 	h.mux.HandleFunc("GET /admin/stats", h.stats)
+	h.mux.HandleFunc("GET /admin/overview", h.overview)
 	h.mux.HandleFunc("POST /admin/pause", h.pause)
 	h.mux.HandleFunc("DELETE /admin/pause", h.unpause)
 	h.mux.HandleFunc("POST /admin/keys", h.createKey)
@@ -109,8 +113,13 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP authenticates the master key, then routes.
+// ServeHTTP serves the dashboard's page, which holds no data, to anyone;
+// everything else needs the master key.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if adminui.Owns(r.URL.Path) {
+		adminui.ServeHTTP(w, r)
+		return
+	}
 	secret, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	switch {
 	case h.cfg.DevMode:

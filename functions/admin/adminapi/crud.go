@@ -63,25 +63,37 @@ func (h *Handler) crudRoutes(k *kind) {
 // list answers every rule of the kind, the configuration's first, each
 // with its live usage.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, k *kind) {
-	ctx := r.Context()
-	snap, err := h.cfg.Store.Snapshot(ctx)
-	if err != nil {
-		h.storeFailed(w, err)
+	snap, usage, ok := h.live(w, r)
+	if !ok {
 		return
 	}
-	if err := h.cfg.Watcher.Load(ctx); err != nil {
+	writeJSON(w, http.StatusOK, map[string]any{k.listKey: h.views(k, snap, usage), "version": snap.Version})
+}
+
+// live reads the configuration as it is now (one read of its version when
+// it has not changed) and the live usage of every rule in force (one batch
+// read per hundred counters).
+func (h *Handler) live(w http.ResponseWriter, r *http.Request) (configstore.Snapshot, map[limiter.RuleKey]*limiter.RuleUsage, bool) {
+	ctx := r.Context()
+	snap, err := h.cfg.Watcher.Current(ctx)
+	if err != nil {
 		h.storeFailed(w, err)
-		return
+		return snap, nil, false
 	}
 	live, err := h.cfg.Limiter.AllUsage(ctx, h.cfg.Now())
 	if err != nil {
 		h.storeFailed(w, err)
-		return
+		return snap, nil, false
 	}
 	usage := map[limiter.RuleKey]*limiter.RuleUsage{}
 	for i := range live {
 		usage[live[i].Rule.Key()] = &live[i]
 	}
+	return snap, usage, true
+}
+
+// views shows every rule of the kind, the configuration's first.
+func (h *Handler) views(k *kind, snap configstore.Snapshot, usage map[limiter.RuleKey]*limiter.RuleUsage) []any {
 	out := []any{}
 	for _, cr := range h.cfg.ConfigRules {
 		if cr.IsBudget() == k.budget {
@@ -93,7 +105,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, k *kind) {
 			out = append(out, k.viewWithUsage(m.Rule, m.Version, m.UpdatedAt, usage[m.Key()]))
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{k.listKey: out, "version": snap.Version})
+	return out
 }
 
 // urlRule returns the identity the URL's {id} names, answering 404 when it

@@ -1,0 +1,46 @@
+package adminapi
+
+import (
+	"net/http"
+	"slices"
+)
+
+// GET /admin/overview is what the dashboard polls: every rule and budget
+// with its live usage, the pauses in force, and the providers with their
+// models (for the rules that apply to one). It costs one read of the
+// configuration's version when nothing changed (the snapshot when it did)
+// and one batch read per hundred counters, whatever the number of rules:
+// no read per rule.
+
+// Provider is a provider instance as the dashboard lists it.
+type Provider struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Models it serves; empty: any model id.
+	Models []string `json:"models"`
+}
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	snap, usage, ok := h.live(w, r)
+	if !ok {
+		return
+	}
+	now := h.cfg.Now()
+	pauses := []pauseView{}
+	for _, p := range snap.Pauses {
+		if p.Active(now) {
+			pauses = append(pauses, pauseViewOf(p, now))
+		}
+	}
+	providers := slices.Clone(h.cfg.Providers)
+	if providers == nil {
+		providers = []Provider{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"version":     snap.Version,
+		"rate_limits": h.views(rules, snap, usage),
+		"budgets":     h.views(budgets, snap, usage),
+		"pauses":      pauses,
+		"providers":   providers,
+	})
+}

@@ -1,0 +1,550 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/tollgate/tollgate/functions/admin/adminui"
+	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/infra/configstore"
+	"github.com/tollgate/tollgate/infra/dynamostore"
+	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
+)
+
+// dashboardConfig is the configuration the dashboard tests run: a rule of
+// each shape, so the page draws each kind of bar.
+const dashboardConfig = `
+rate_limits:
+  user_paths:
+    - path: /
+      limits: [{period: minute, max_requests: 1000, max_tokens: 500000}]
+    - path: /demo
+      limits:
+        - {capacity: 3, refill_per_second: 0.2}
+        - {period: concurrent, max_requests: 2}
+  providers:
+    - name: mock
+      limits: [{period: minute, max_requests: 2000}]
+`
+
+// The calls the page makes on each refresh (app.js: refresh): the live
+// overview always, the charts' stats every third time, the keys while their
+// tab is open.
+var dashboardCalls = []string{"/admin/overview", "/admin/stats", "/admin/keys"}
+
+// Every data call the page makes needs the master key: without one it is
+// 401, with a managed key 403. The page itself carries no data and is
+// served to anyone, with a strict Content-Security-Policy.
+func TestDashboardAccess(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	in := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_CONFIG": writeConfig(t, dashboardConfig)})
+	s, body := in.call(t, "POST", "/admin/keys", master, `{"user_path":"/team"}`)
+	var made struct {
+		Key string `json:"key"`
+	}
+	if s != 201 || json.Unmarshal(body, &made) != nil {
+		t.Fatalf("create key: %d %s", s, body)
+	}
+	calls := append([]string{"/admin/rate-limits", "/admin/budgets", "/admin/pauses"}, dashboardCalls...)
+	for _, path := range calls {
+		for _, c := range []struct {
+			key  string
+			want int
+		}{{"", 401}, {"sk-not-a-key", 401}, {made.Key, 403}, {master, 200}} {
+			if s, body := in.call(t, "GET", path, c.key, ""); s != c.want {
+				t.Errorf("GET %s with key %q: %d %s, want %d", path, c.key, s, body, c.want)
+			}
+		}
+	}
+	// The writes the page makes are refused alike.
+	for _, w := range [][2]string{
+		{"POST", "/admin/rate-limits"}, {"PATCH", "/admin/rate-limits/user_path:/x:minute"}, {"DELETE", "/admin/rate-limits/user_path:/x:minute"},
+		{"POST", "/admin/rate-limits/reset-one"}, {"POST", "/admin/budgets"}, {"POST", "/admin/keys"}, {"DELETE", "/admin/keys/k1"},
+	} {
+		if s, _ := in.call(t, w[0], w[1], "", `{}`); s != 401 {
+			t.Errorf("%s %s without a key: %d, want 401", w[0], w[1], s)
+		}
+		if s, _ := in.call(t, w[0], w[1], made.Key, `{}`); s != 403 {
+			t.Errorf("%s %s with a managed key: %d, want 403", w[0], w[1], s)
+		}
+	}
+	for _, path := range []string{"/admin/ui", "/admin/ui/app.js", "/admin/ui/app.css"} {
+		resp := in.do(t, "GET", path, "", "")
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET %s: %d", path, resp.StatusCode)
+		}
+		if got := resp.Header.Get("Content-Security-Policy"); got != adminui.CSP {
+			t.Errorf("GET %s: Content-Security-Policy %q", path, got)
+		}
+		for _, want := range []string{"script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "default-src 'none'"} {
+			if !strings.Contains(resp.Header.Get("Content-Security-Policy"), want) {
+				t.Errorf("the policy lacks %s", want)
+			}
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("GET %s: headers %v", path, resp.Header)
+		}
+	}
+	// Nothing in the page's files puts the key anywhere but sessionStorage.
+	js := readAsset(t, "app.js")
+	for _, banned := range []string{"localStorage", "document.cookie", "console.", "innerHTML", "eval(", "new Function"} {
+		if strings.Contains(js, banned) {
+			t.Errorf("app.js uses %s", banned)
+		}
+	}
+	html := readAsset(t, "index.html")
+	for _, banned := range []string{"<script>", "style=", "onclick", "http://", "https://"} {
+		if strings.Contains(html, banned) {
+			t.Errorf("index.html has %q: the policy would block it, or it loads from elsewhere", banned)
+		}
+	}
+}
+
+func readAsset(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "functions", "admin", "adminui", "assets", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A refresh of the page costs at most one store read per rule: it reads
+// the configuration's version (not the snapshot, when nothing changed)
+// and every rule's counters in one batch, whatever the number of rules.
+// Counted with the stores' own counters, on DynamoDB Local, over ten
+// refreshes of the page's calls, for 6 rules and for 46.
+func TestDashboardRefreshCost(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	in := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_CONFIG": writeConfig(t, dashboardConfig)})
+	if s, body := in.call(t, "POST", "/admin/budgets", master, `{"user_path":"/demo","period":"day","amount_usd":"5"}`); s != 201 {
+		t.Fatalf("budget: %d %s", s, body)
+	}
+	if s, body := in.call(t, "POST", "/admin/rate-limits", master, `{"user_path":"/ui","limit_key":{"period":"minute"},"max_requests":5}`); s != 201 {
+		t.Fatalf("rule: %d %s", s, body)
+	}
+	for range 3 {
+		in.chat(t, master, "X-Tollgate-User-Path", "/demo")
+	}
+	counters := in.app.Store.(*dynamostore.Store)
+	cfg := in.app.ConfigStore.(*configstore.Dynamo)
+	measure := func(rules int) {
+		t.Helper()
+		const refreshes = 10
+		before := counters.Stats().RoundTrips + cfg.RoundTrips()
+		for i := range refreshes {
+			in.clock.Add(time.Second) // time moves between refreshes, as it does for the page
+			for j, path := range dashboardCalls {
+				if j == 1 && i%3 != 0 { // stats every third refresh, as app.js reads them
+					continue
+				}
+				if s, body := in.call(t, "GET", path, master, ""); s != 200 {
+					t.Fatalf("GET %s: %d %s", path, s, body)
+				}
+			}
+		}
+		calls := counters.Stats().RoundTrips + cfg.RoundTrips() - before
+		perRefresh := float64(calls) / refreshes
+		t.Logf("%d rules: %d store calls in %d refreshes (%.1f a refresh)", rules, calls, refreshes, perRefresh)
+		if perRefresh > float64(rules) {
+			t.Errorf("%d rules: %.1f store calls a refresh, want at most one per rule", rules, perRefresh)
+		}
+	}
+	// The configuration's rules (4 with usage) plus the rule and budget made
+	// above.
+	in.call(t, "GET", "/admin/overview", master, "") // the snapshot after the writes above is read once
+	measure(6)
+	for i := range 40 {
+		if s, body := in.call(t, "POST", "/admin/rate-limits", master,
+			fmt.Sprintf(`{"user_path":"/many/%d","limit_key":{"period":"minute"},"max_requests":10,"max_tokens":1000}`, i)); s != 201 {
+			t.Fatalf("rule: %d %s", s, body)
+		}
+	}
+	in.call(t, "GET", "/admin/overview", master, "")
+	measure(46)
+}
+
+// browser is a headless Chromium the test drives; every JavaScript
+// exception, console message and browser-reported error (a policy
+// violation among them) is kept, to fail the test.
+type browser struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	problems []string
+	console  []string
+	shots    string
+}
+
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("TOLLGATE_REQUIRE_BROWSER") != "" {
+		t.Fatal("TOLLGATE_REQUIRE_BROWSER is set but no chromium is installed (make deps installs it)")
+	}
+	t.Skip("no chromium: make deps installs it")
+	return ""
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	b := &browser{ctx: ctx, shots: artefactDir(t)}
+	dialogs := make(chan struct{}, 8)
+	err := chromedp.Listen(ctx, func(ev any) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch e := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			d := e.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			b.problems = append(b.problems, fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber+1, msg))
+		case *runtime.EventConsoleAPICalled:
+			var args []string
+			for _, a := range e.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			b.console = append(b.console, string(e.Type)+": "+strings.Join(args, " "))
+		case *cdplog.EventEntryAdded:
+			// The API's refusals the page shows (401, 403, 409) are
+			// reported as failed loads; a server error is a problem.
+			expected := e.Entry.Source == cdplog.EntrySourceNetwork && !strings.Contains(e.Entry.Text, "status of 5")
+			if e.Entry.Level == cdplog.EntryLevelError && !expected {
+				b.problems = append(b.problems, "browser: "+e.Entry.Text+" "+e.Entry.URL)
+			}
+		case *page.EventJavascriptDialogOpening:
+			select {
+			case dialogs <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page asks before deleting, resetting or revoking: yes. (A
+	// listener may not send commands, so another goroutine answers.)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-dialogs:
+				_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			}
+		}
+	}()
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// artefactDir is where screenshots go: $TOLLGATE_ARTIFACTS, else a
+// directory under the system's temporary one.
+func artefactDir(t *testing.T) string {
+	dir := os.Getenv("TOLLGATE_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "tollgate-artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// step is one bounded browser action.
+func (b *browser) step(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	b.check(t, what)
+}
+
+func (b *browser) check(t *testing.T, what string) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.problems) > 0 {
+		t.Fatalf("after %s, the page reported: %s", what, strings.Join(b.problems, "; "))
+	}
+}
+
+// until waits (a bounded time) for a JavaScript expression to be true.
+func (b *browser) until(t *testing.T, what, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(40*time.Second), chromedp.WithPollingInterval(200*time.Millisecond))); err != nil {
+		b.check(t, "waiting for "+what)
+		if png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100)); err == nil {
+			_ = os.WriteFile(filepath.Join(b.shots, "failed.png"), png, 0o644)
+		}
+		t.Fatalf("waiting for %s: %v (the page as it was: failed.png in %s)", what, err, b.shots)
+	}
+	b.check(t, what)
+}
+
+// shot saves a screenshot of the whole page as an artefact and, with
+// TOLLGATE_UPDATE_SCREENSHOTS set, as the README's copy in docs/.
+func (b *browser) shot(t *testing.T, name string) {
+	t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("TOLLGATE_UPDATE_SCREENSHOTS") != "" {
+		if err := os.WriteFile(filepath.Join("..", "docs", "screenshots", name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// eval evaluates a JavaScript expression into a T.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	b.check(t, "evaluate "+expr)
+	return v
+}
+
+// rowSel selects a rule's row in a table.
+func rowSel(table, id string) string { return fmt.Sprintf(`#%s tr[data-rule=%q]`, table, id) }
+
+// barUsed is the expression for a bar's used amount (-1 when absent).
+func barUsed(table, id, dim string) string {
+	return fmt.Sprintf(`(() => { const b = document.querySelector(%q); return b ? Number(b.dataset.used) : -1 })()`,
+		rowSel(table, id)+fmt.Sprintf(` .bar[data-dim=%q]`, dim))
+}
+
+// The dashboard in headless Chromium against the whole stack on DynamoDB
+// Local: sign in, create a rule, watch its bar rise with traffic, hit the
+// limit and see the refusals counted, edit with a stale version and see
+// the conflict, reset and see the bar drop, make and revoke a key, the
+// charts and the rules that apply to a provider; no JavaScript error or
+// policy violation anywhere, and the key nowhere but sessionStorage.
+func TestDashboardInBrowser(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	in := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_CONFIG": writeConfig(t, dashboardConfig)})
+	b := newBrowser(t)
+	const rule = "user_path:/ui:minute"
+
+	// Signing in with a managed key is refused, and says why.
+	s, body := in.call(t, "POST", "/admin/keys", master, `{"user_path":"/other"}`)
+	var managed struct {
+		Key string `json:"key"`
+	}
+	if s != 201 || json.Unmarshal(body, &managed) != nil {
+		t.Fatalf("key: %d %s", s, body)
+	}
+	b.step(t, "open the page", chromedp.Navigate(in.srv.URL+"/admin/ui"), chromedp.WaitVisible(chromedp.CSS(`#master-key`)))
+	b.shot(t, "login")
+	b.step(t, "sign in with a managed key", chromedp.SendKeys(chromedp.CSS(`#master-key`), managed.Key), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
+	b.until(t, "the managed key refused", `!document.querySelector('#login-error').hidden && document.querySelector('#login-error').textContent.includes('managed key')`)
+
+	b.step(t, "sign in", chromedp.SendKeys(chromedp.CSS(`#master-key`), master), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
+	b.until(t, "the rules listed", fmt.Sprintf(`!!document.querySelector(%q)`, rowSel("limits", "user_path:/:minute")))
+	configRO := eval[bool](t, b, fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r.textContent.includes('read-only') && !r.querySelector('[data-action=edit]') && !r.querySelector('[data-action=delete]') })()`,
+		rowSel("limits", "user_path:/:minute")))
+	if !configRO {
+		t.Error("a config rule is not marked read-only, or can be edited or deleted")
+	}
+
+	// Create a rule of 5 requests a minute.
+	b.step(t, "create a rule",
+		chromedp.Click(chromedp.CSS(`#new-rule`)),
+		chromedp.SendKeys(chromedp.CSS(`#rule-form [name=subject]`), "/ui"),
+		chromedp.SendKeys(chromedp.CSS(`#rule-form [name=max_requests]`), "5"),
+		chromedp.Click(chromedp.CSS(`#rule-form button[type=submit]`)))
+	b.until(t, "the new rule listed", barUsed("limits", rule, "requests")+` === 0`)
+
+	// Traffic raises its bar.
+	for range 3 {
+		if s := in.chat(t, master, "X-Tollgate-User-Path", "/ui"); s != 200 {
+			t.Fatalf("chat: %d", s)
+		}
+	}
+	b.until(t, "the bar at 3", barUsed("limits", rule, "requests")+` === 3`)
+	b.shot(t, "rate-limits")
+
+	// The limit holds, and its refusals are counted on the row.
+	refused := 0
+	for range 4 {
+		if in.chat(t, master, "X-Tollgate-User-Path", "/ui") == 429 {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Fatalf("%d refused of 4 over a limit of 5 with 3 used, want 2", refused)
+	}
+	in.app.FlushStats(context.Background()) // as the process does within 10 s
+	b.until(t, "the bar full", fmt.Sprintf(`%s === 5 && document.querySelector(%q).classList.contains('full')`,
+		barUsed("limits", rule, "requests"), rowSel("limits", rule)+` .bar[data-dim="requests"]`))
+	b.until(t, "the refusals counted", fmt.Sprintf(`document.querySelector(%q).textContent === '2'`, rowSel("limits", rule)+` td.refused`))
+	b.shot(t, "limit-reached")
+
+	// An edit from a stale version is refused, and the page says so.
+	b.step(t, "open the editor", chromedp.Click(chromedp.CSS(rowSel("limits", rule)+` [data-action=edit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#rule-form`)))
+	if s, body := in.call(t, "PATCH", "/admin/rate-limits/"+rule, master, `{"max_requests":8}`); s != 200 {
+		t.Fatalf("concurrent edit: %d %s", s, body)
+	}
+	b.step(t, "save the stale edit",
+		chromedp.SetValue(chromedp.CSS(`#rule-form [name=max_requests]`), "10"),
+		chromedp.Click(chromedp.CSS(`#rule-form button[type=submit]`)))
+	b.until(t, "the conflict shown", `!document.querySelector('#rule-conflict').hidden && document.querySelector('#rule-conflict').textContent.includes('409')`)
+	b.shot(t, "conflict")
+	b.step(t, "load the current version", chromedp.Click(chromedp.CSS(`#rule-conflict [data-action=load-current]`)))
+	formLimit := eval[string](t, b, `document.querySelector('#rule-form [name=max_requests]').value + ' v' + document.querySelector('#rule-version').textContent`)
+	if formLimit != "8 v2" {
+		t.Errorf("after loading the current version the form shows %q, want 8 v2", formLimit)
+	}
+	b.step(t, "save on the current version",
+		chromedp.SetValue(chromedp.CSS(`#rule-form [name=max_requests]`), "10"),
+		chromedp.Click(chromedp.CSS(`#rule-form button[type=submit]`)))
+	b.until(t, "the edit saved", fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r && r.dataset.version === '3' && %s === 5 })()`,
+		rowSel("limits", rule), barUsed("limits", rule, "requests")))
+
+	// Reset starts new counters: the bar drops.
+	b.step(t, "reset", chromedp.Click(chromedp.CSS(rowSel("limits", rule)+` [data-action=reset]`)))
+	b.until(t, "the bar dropped", barUsed("limits", rule, "requests")+` === 0`)
+
+	// A budget, with its dollars.
+	b.step(t, "create a budget",
+		chromedp.Click(chromedp.CSS(`#tabs [data-tab=budgets]`)),
+		chromedp.Click(chromedp.CSS(`#new-budget`)),
+		chromedp.SendKeys(chromedp.CSS(`#budget-form [name=subject]`), "/ui"),
+		chromedp.SendKeys(chromedp.CSS(`#budget-form [name=amount_usd]`), "0.50"),
+		chromedp.Click(chromedp.CSS(`#budget-form button[type=submit]`)))
+	b.until(t, "the budget listed", barUsed("budgets", "budget:user_path:/ui:day", "dollars")+` === 0`)
+	if s := in.chat(t, master, "X-Tollgate-User-Path", "/ui"); s != 200 {
+		t.Fatalf("chat: %d", s)
+	}
+	b.until(t, "the budget charged", barUsed("budgets", "budget:user_path:/ui:day", "dollars")+` > 0`)
+	b.shot(t, "budgets")
+
+	// The rules that apply to the mock provider.
+	b.step(t, "by provider", chromedp.Click(chromedp.CSS(`#tabs [data-tab=applies]`)))
+	b.until(t, "the provider's rules", fmt.Sprintf(`!!document.querySelector(%q) && !!document.querySelector(%q) && !!document.querySelector(%q)`,
+		rowSel("applies-always", "provider:mock:minute"), rowSel("applies-always", "user_path:/:minute"), rowSel("applies-caller", rule)))
+	b.shot(t, "by-provider")
+
+	// A key: its secret shown once, then revoked.
+	b.step(t, "create a key", chromedp.Click(chromedp.CSS(`#tabs [data-tab=keys]`)),
+		chromedp.SendKeys(chromedp.CSS(`#key-form [name=name]`), "dashboard test"),
+		chromedp.SendKeys(chromedp.CSS(`#key-form [name=user_path]`), "/ui/app"),
+		chromedp.Click(chromedp.CSS(`#key-form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#secret`)))
+	secret := eval[string](t, b, `document.querySelector('#secret-value').textContent`)
+	if s := in.chat(t, secret); s != 200 {
+		t.Fatalf("the new key: %d", s)
+	}
+	b.until(t, "the key listed", `[...document.querySelectorAll('#keys tr[data-key]')].some(r => r.textContent.includes('dashboard test'))`)
+	keyID := eval[string](t, b, `[...document.querySelectorAll('#keys tr[data-key]')].find(r => r.textContent.includes('dashboard test')).dataset.key`)
+	b.shot(t, "keys")
+	b.step(t, "stored", chromedp.Click(chromedp.CSS(`#secret-done`)))
+	secretGone := eval[bool](t, b, `document.querySelector('#secret').hidden && document.querySelector('#secret-value').textContent === ''`)
+	if !secretGone {
+		t.Error("the secret is still on the page after it was stored")
+	}
+	b.step(t, "revoke", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#keys tr[data-key=%q] [data-action=revoke]`, keyID))))
+	b.until(t, "the key revoked", fmt.Sprintf(`document.querySelector('#keys tr[data-key=%q]').textContent.includes('revoked')`, keyID))
+	in.clock.Add(30 * time.Second) // past the gateway's cache of keys
+	if s := in.chat(t, secret); s != 401 {
+		t.Fatalf("the revoked key: %d, want 401", s)
+	}
+
+	// The charts: refusals by rule, and the estimate error of the chat
+	// route once the reconciler has settled what was sent.
+	settle(t, in)
+	b.step(t, "charts", chromedp.Click(chromedp.CSS(`#tabs [data-tab=charts]`)))
+	b.until(t, "the refusals chart", fmt.Sprintf(`document.querySelectorAll('#chart-refusals svg rect').length > 0 && !!document.querySelector('#chart-refusals [data-series=%q]')`, rule))
+	b.until(t, "the estimate chart", `document.querySelectorAll('#chart-estimate svg circle').length > 0 && !!document.querySelector('#chart-estimate [data-series=chat]')`)
+	b.shot(t, "charts")
+
+	// The key is in sessionStorage and nowhere else: not in the URL, other
+	// storage, cookies, the console, or the gateway's logs.
+	where := eval[struct {
+		Session string `json:"session"`
+		Local   int    `json:"local"`
+		Cookie  string `json:"cookie"`
+		URL     string `json:"url"`
+	}](t, b, `({session: sessionStorage.getItem('tollgate.masterKey'), local: localStorage.length, cookie: document.cookie, url: location.href})`)
+	if where.Session != master || where.Local != 0 || where.Cookie != "" || strings.Contains(where.URL, master) {
+		t.Errorf("the key's whereabouts: %+v", where)
+	}
+	b.mu.Lock()
+	console := strings.Join(b.console, "\n")
+	b.mu.Unlock()
+	if console != "" {
+		t.Errorf("the page wrote to the console:\n%s", console)
+	}
+	if strings.Contains(in.logs.String(), master) {
+		t.Error("the master key is in the logs")
+	}
+
+	// Signing out forgets it.
+	b.step(t, "sign out", chromedp.Click(chromedp.CSS(`#logout`)), chromedp.WaitVisible(chromedp.CSS(`#master-key`)))
+	left := eval[int](t, b, `sessionStorage.length`)
+	if left != 0 {
+		t.Errorf("sessionStorage holds %d items after signing out", left)
+	}
+	b.check(t, "the whole session")
+}
+
+// settle runs the reconciler until it has settled chat requests (the
+// stream records reach it with a delay), for a bounded time.
+func settle(t *testing.T, in *instance) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		rc, err := in.app.NewReconciler(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := rc.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Routes["chat"] != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reconciler settled no chat request in 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
