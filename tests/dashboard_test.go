@@ -146,7 +146,7 @@ func TestDashboardRefreshCost(t *testing.T) {
 	measure := func(rules int) {
 		t.Helper()
 		const refreshes = 10
-		before := counters.Stats().RoundTrips + cfg.RoundTrips()
+		before, rruBefore := counters.Stats().RoundTrips+cfg.RoundTrips(), counters.Stats().BilledRRU()
 		for i := range refreshes {
 			in.clock.Add(time.Second) // time moves between refreshes, as it does for the page
 			for j, path := range dashboardCalls {
@@ -160,7 +160,10 @@ func TestDashboardRefreshCost(t *testing.T) {
 		}
 		calls := counters.Stats().RoundTrips + cfg.RoundTrips() - before
 		perRefresh := float64(calls) / refreshes
-		t.Logf("%d rules: %d store calls in %d refreshes (%.1f a refresh)", rules, calls, refreshes, perRefresh)
+		// Read units as AWS bills them, for the counters table (the
+		// configuration's reads are a unit or two each).
+		rru := (counters.Stats().BilledRRU() - rruBefore) / refreshes
+		t.Logf("%d rules: %d store calls in %d refreshes (%.1f a refresh; %.0f read units of the counters table a refresh)", rules, calls, refreshes, perRefresh, rru)
 		if perRefresh > float64(rules) {
 			t.Errorf("%d rules: %.1f store calls a refresh, want at most one per rule", rules, perRefresh)
 		}
@@ -457,11 +460,21 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.until(t, "the budget charged", barUsed("budgets", "budget:user_path:/ui:day", "dollars")+` > 0`)
 	b.shot(t, "budgets")
 
-	// The rules that apply to the mock provider.
+	// The rules that apply to the mock provider, and to one model.
+	if s, body := in.call(t, "POST", "/admin/rate-limits", master, `{"scope":"model","subject":"gpt-4o","limit_key":{"period":"minute"},"max_tokens":90000}`); s != 201 {
+		t.Fatalf("model rule: %d %s", s, body)
+	}
 	b.step(t, "by provider", chromedp.Click(chromedp.CSS(`#tabs [data-tab=applies]`)))
-	b.until(t, "the provider's rules", fmt.Sprintf(`!!document.querySelector(%q) && !!document.querySelector(%q) && !!document.querySelector(%q)`,
-		rowSel("applies-always", "provider:mock:minute"), rowSel("applies-always", "user_path:/:minute"), rowSel("applies-caller", rule)))
+	b.until(t, "the provider's rules", fmt.Sprintf(`!!document.querySelector(%q) && !!document.querySelector(%q) && !!document.querySelector(%q) && !!document.querySelector(%q)`,
+		rowSel("applies-always", "provider:mock:minute"), rowSel("applies-always", "user_path:/:minute"), rowSel("applies-caller", rule),
+		rowSel("applies-caller", "model:gpt-4o:minute")))
 	b.shot(t, "by-provider")
+	b.step(t, "by model", chromedp.SendKeys(chromedp.CSS(`#applies-model`), "gpt-4o"))
+	b.until(t, "the model's rules", fmt.Sprintf(`!!document.querySelector(%q) && !!document.querySelector(%q) && !document.querySelector(%q)`,
+		rowSel("applies-always", "model:gpt-4o:minute"), rowSel("applies-always", "provider:mock:minute"), rowSel("applies-always", "model:gpt-4o-mini:minute")))
+	b.step(t, "another model", chromedp.Clear(chromedp.CSS(`#applies-model`)), chromedp.SendKeys(chromedp.CSS(`#applies-model`), "gpt-4o-mini"))
+	b.until(t, "not the other model's rule", fmt.Sprintf(`!document.querySelector(%q) && !document.querySelector(%q)`,
+		rowSel("applies-always", "model:gpt-4o:minute"), rowSel("applies-caller", "model:gpt-4o:minute")))
 
 	// A key: its secret shown once, then revoked.
 	b.step(t, "create a key", chromedp.Click(chromedp.CSS(`#tabs [data-tab=keys]`)),
@@ -515,6 +528,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if strings.Contains(in.logs.String(), master) {
 		t.Error("the master key is in the logs")
+	}
+
+	// Delete the rule: its row goes.
+	b.step(t, "back to the rules", chromedp.Click(chromedp.CSS(`#tabs [data-tab=limits]`)),
+		chromedp.Click(chromedp.CSS(rowSel("limits", rule)+` [data-action=delete]`)))
+	b.until(t, "the rule deleted", fmt.Sprintf(`!document.querySelector(%q)`, rowSel("limits", rule)))
+	if s, _ := in.call(t, "GET", "/admin/rate-limits/"+rule, master, ""); s != 404 {
+		t.Fatalf("the deleted rule: %d, want 404", s)
 	}
 
 	// Signing out forgets it.

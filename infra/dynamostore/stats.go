@@ -82,7 +82,9 @@ func (s *Store) MinuteStats(ctx context.Context, kind string, minutes []time.Tim
 			}
 			out[byKey[str(item, attrPK)]] = counts
 		}
-		if u := res.UnprocessedKeys[s.tables.Counters]; len(u.Keys) > 0 {
+		u := res.UnprocessedKeys[s.tables.Counters]
+		s.eventualItemReads.Add(int64(len(batch) - len(u.Keys)))
+		if len(u.Keys) > 0 {
 			keys = append(keys, u.Keys...) // throttled in part: ask again
 		}
 	}

@@ -170,7 +170,9 @@ async function refresh() {
   if (state.again) {
     state.again = false;
     refresh();
-  } else if (sessionStorage.getItem(KEY)) {
+  } else if (sessionStorage.getItem(KEY) && !document.hidden) {
+    // A tab out of sight reads nothing (each read costs store reads); it
+    // reads again when it is shown.
     state.timer = setTimeout(refresh, REFRESH_MS);
   }
 }
@@ -670,5 +672,8 @@ document.addEventListener('DOMContentLoaded', () => {
   for (const b of document.querySelectorAll('[data-cancel]')) b.addEventListener('click', () => show(b.closest('form'), false));
   $('#applies-target').addEventListener('change', () => { $('#applies-model').value = ''; if (state.overview) renderApplies(); });
   $('#applies-model').addEventListener('input', () => state.overview && renderApplies());
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden && sessionStorage.getItem(KEY) && !$('#app').hidden) refresh();
+  });
   if (sessionStorage.getItem(KEY)) start();
 });
