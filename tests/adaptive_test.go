@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"testing"
@@ -39,14 +38,7 @@ rate_limits:
 		var chat reconcile.RouteError
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			rc, err := in.app.NewReconciler(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			rep, err := rc.Run(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			rep := in.reconcile(t)
 			if e := rep.Routes["chat"]; e != nil {
 				chat.Requests += e.Requests
 				chat.Reserved += e.Reserved

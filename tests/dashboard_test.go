@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
+	"github.com/tollgate/tollgate/limiter/reconcile"
 )
 
 // dashboardConfig is the configuration the dashboard tests run: a rule of
@@ -551,21 +552,24 @@ func TestDashboardInBrowser(t *testing.T) {
 // stream records reach it with a delay), for a bounded time.
 func settle(t *testing.T, in *instance) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		rc, err := in.app.NewReconciler(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := rc.Run(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rep.Routes["chat"] != nil {
-			return
-		}
+	for deadline := time.Now().Add(20 * time.Second); in.reconcile(t).Routes["chat"] == nil; {
 		if time.Now().After(deadline) {
 			t.Fatal("the reconciler settled no chat request in 20 s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// reconcile runs one pass of the instance's reconciler.
+func (in *instance) reconcile(t *testing.T) reconcile.Report {
+	t.Helper()
+	rc, err := in.app.NewReconciler(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := rc.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

@@ -33,20 +33,7 @@ rate_limits:
 		a.chat(t, master, "X-Tollgate-User-Path", "/t")
 	}
 	a.app.FlushStats(context.Background())
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		rc, err := a.app.NewReconciler(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := rc.Run(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rep.Routes["chat"] != nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	settle(t, a)
 	st := b.app.Store.(*dynamostore.Store)
 	before := st.Stats().RoundTrips
 	s, body := b.call(t, "GET", "/admin/stats", master, "")
