@@ -573,3 +573,46 @@ func (in *instance) reconcile(t *testing.T) reconcile.Report {
 	}
 	return rep
 }
+
+// The overview reads the configuration's version on every call, so a rule
+// another instance made or changed is listed at once, not after the
+// watcher's interval.
+func TestOverviewSeesOtherInstancesAtOnce(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	t0 := time.Now()
+	a := newInstance(t, prefix, t0, config.Env{})
+	b := newInstance(t, prefix, t0, config.Env{})
+	ids := func() []string {
+		t.Helper()
+		s, body := a.call(t, "GET", "/admin/overview", master, "")
+		var out struct {
+			RateLimits []struct {
+				ID      string `json:"id"`
+				Version int64  `json:"version"`
+			} `json:"rate_limits"`
+		}
+		if s != 200 || json.Unmarshal(body, &out) != nil {
+			t.Fatalf("overview: %d %s", s, body)
+		}
+		var ids []string
+		for _, r := range out.RateLimits {
+			ids = append(ids, fmt.Sprintf("%s v%d", r.ID, r.Version))
+		}
+		return ids
+	}
+	if got := ids(); len(got) != 0 {
+		t.Fatalf("before: %v", got)
+	}
+	if s, body := b.call(t, "POST", "/admin/rate-limits", master, `{"user_path":"/x","limit_key":{"period":"minute"},"max_requests":5}`); s != 201 {
+		t.Fatalf("create on b: %d %s", s, body)
+	}
+	if got := ids(); len(got) != 1 || got[0] != "user_path:/x:minute v1" {
+		t.Fatalf("a's overview after b created a rule: %v", got)
+	}
+	if s, body := b.call(t, "PATCH", "/admin/rate-limits/user_path:/x:minute", master, `{"max_requests":6}`); s != 200 {
+		t.Fatalf("patch on b: %d %s", s, body)
+	}
+	if got := ids(); len(got) != 1 || got[0] != "user_path:/x:minute v2" {
+		t.Fatalf("a's overview after b changed it: %v", got)
+	}
+}

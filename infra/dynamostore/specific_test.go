@@ -277,3 +277,44 @@ func TestLateChargeOnClosedWindowSeen(t *testing.T) {
 		t.Fatalf("%d round trips once the closed window is final, want 1", got)
 	}
 }
+
+// A read of a gauge releases the expired leases it would count, but at
+// most every 10 s: a dashboard polling every few seconds does not query
+// the lease index each time, and what a read shows is stale by no more
+// than that.
+func TestReadReleasesExpiredLeasesAtMostEvery10s(t *testing.T) {
+	s := openStore(t, dynamotest.Prefix(t), dynamostore.Options{LeaseIndexShards: 2})
+	ctx := context.Background()
+	now := storetest.T0
+	g := limiter.Charge{Counter: limiter.Counter{Rule: "read-g", Kind: limiter.KindInFlight}, Limit: 10, Amount: 1}
+	l := &limiter.Lease{ID: "read-0", ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{g}}
+	if out, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err != nil || !out.Admitted {
+		t.Fatal(out, err)
+	}
+	read := func(at time.Time) (inFlight, calls int64) {
+		t.Helper()
+		before := s.Stats().RoundTrips
+		st, err := s.Read(ctx, at, []limiter.Charge{g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st[0].Cur, s.Stats().RoundTrips - before
+	}
+	// The first read looks (one query per index shard, one batch read).
+	if n, calls := read(now.Add(52 * time.Second)); n != 1 || calls != 3 {
+		t.Fatalf("first read: %d in flight in %d calls, want 1 in 3", n, calls)
+	}
+	// The lease expires at +60 s. A read at +61 s, 9 s after the last
+	// look, does not look again and still counts it.
+	if n, calls := read(now.Add(61 * time.Second)); n != 1 || calls != 1 {
+		t.Fatalf("read 9 s after the last look: %d in flight in %d calls, want 1 in 1", n, calls)
+	}
+	// 10 s after the last look, a read releases it (and the next one
+	// does not look again).
+	if n, calls := read(now.Add(62 * time.Second)); n != 0 || calls < 4 {
+		t.Fatalf("read 10 s after the last look: %d in flight in %d calls, want 0 after looking and releasing", n, calls)
+	}
+	if n, calls := read(now.Add(63 * time.Second)); n != 0 || calls != 1 {
+		t.Fatalf("the read after: %d in flight in %d calls, want 0 in 1", n, calls)
+	}
+}
