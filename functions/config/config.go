@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -353,12 +354,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 				errs = append(errs, fmt.Errorf("%s: path is missing", at("rate_limits", "user_paths", i)))
 				continue
 			}
-			for j, l := range u.Limits {
-				l.PerChild = u.PerChild
-				r, err := l.rule(limiter.ScopeUserPath, u.Path)
-				errs = append(errs, prefix(at("rate_limits", "user_paths", i, "limits", j), err))
-				cfg.Rules = appendIfValid(cfg.Rules, r, err)
-			}
+			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "user_paths", i}, limiter.ScopeUserPath, u.Path, u.PerChild, u.Limits)...)
 			if len(u.Limits) == 0 {
 				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "user_paths", i)))
 			}
@@ -368,24 +364,14 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 				errs = append(errs, fmt.Errorf("%s: name is missing", at("rate_limits", "providers", i)))
 				continue
 			}
-			for j, l := range p.Limits {
-				l.PerChild = p.PerChild
-				r, err := l.rule(limiter.ScopeProvider, p.Name)
-				errs = append(errs, prefix(at("rate_limits", "providers", i, "limits", j), err))
-				cfg.Rules = appendIfValid(cfg.Rules, r, err)
-			}
+			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "providers", i}, limiter.ScopeProvider, p.Name, p.PerChild, p.Limits)...)
 		}
 		for i, m := range rl.Models {
 			if m.Model == "" {
 				errs = append(errs, fmt.Errorf("%s: model is missing", at("rate_limits", "models", i)))
 				continue
 			}
-			for j, l := range m.Limits {
-				l.PerChild = m.PerChild
-				r, err := l.rule(limiter.ScopeModel, m.Model)
-				errs = append(errs, prefix(at("rate_limits", "models", i, "limits", j), err))
-				cfg.Rules = appendIfValid(cfg.Rules, r, err)
-			}
+			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "models", i}, limiter.ScopeModel, m.Model, m.PerChild, m.Limits)...)
 		}
 	}
 	if g := f.Gateway; g != nil {
@@ -595,6 +581,19 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 		return r, err
 	}
 	return r, r.Validate()
+}
+
+// addLimits adds the rules one subject's limits make, and returns their
+// problems, each at its place under where (the subject's YAML keys).
+func (cfg *Config) addLimits(at func(keys ...any) string, where []any, scope limiter.Scope, subject string, perChild bool, limits []limitSpec) []error {
+	var errs []error
+	for j, l := range limits {
+		l.PerChild = perChild
+		r, err := l.rule(scope, subject)
+		errs = append(errs, prefix(at(slices.Concat(where, []any{"limits", j})...), err))
+		cfg.Rules = appendIfValid(cfg.Rules, r, err)
+	}
+	return errs
 }
 
 func appendIfValid(rules []limiter.Rule, r limiter.Rule, err error) []limiter.Rule {

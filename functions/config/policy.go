@@ -180,11 +180,7 @@ func (cfg *Config) loadPolicy(f *file, at func(keys ...any) string) error {
 				errs = append(errs, prefix(at("rate_limits", "tags", i), err))
 				continue
 			}
-			for j, l := range t.Limits {
-				l.PerChild = each
-				r, err := l.rule(limiter.ScopeTag, subject)
-				add(at("rate_limits", "tags", i, "limits", j), r, err)
-			}
+			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "tags", i}, limiter.ScopeTag, subject, each, t.Limits)...)
 			if len(t.Limits) == 0 {
 				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "tags", i)))
 			}
@@ -195,11 +191,7 @@ func (cfg *Config) loadPolicy(f *file, at func(keys ...any) string) error {
 				continue
 			}
 			subject, each := KeySubject(k.Key)
-			for j, l := range k.Limits {
-				l.PerChild = each
-				r, err := l.rule(limiter.ScopeKey, subject)
-				add(at("rate_limits", "keys", i, "limits", j), r, err)
-			}
+			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "keys", i}, limiter.ScopeKey, subject, each, k.Limits)...)
 			if len(k.Limits) == 0 {
 				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "keys", i)))
 			}
