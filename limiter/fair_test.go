@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate/infra/memstore"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/storetest"
 )
 
 // fairRun drives two limiters (two instances) over one store through
@@ -98,54 +99,8 @@ func TestFairShare(t *testing.T) {
 func TestFairShareInFlight(t *testing.T) {
 	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 4,
 		FairShare: &limiter.FairShare{By: "user_path"}}
-	ls := twoInstances(t, rule)
-	type held struct {
-		l     *limiter.Limiter
-		lease *limiter.Lease
-		until time.Time
-	}
-	var inFlight []held
-	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	n, bIn, bAsked, aIn := 0, 0, 0, 0
-	try := func(now time.Time, path string) bool {
-		n++
-		l := ls[n%2]
-		d, err := l.Admit(context.Background(), now, limiter.Request{ID: fmt.Sprint("f", n),
-			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "gpt-4o"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			inFlight = append(inFlight, held{l, d.Lease, now.Add(time.Second)})
-		}
-		return d.Allowed
-	}
-	const tick = 100 * time.Millisecond
-	for i := range int(60 * time.Second / tick) {
-		now := t0.Add(time.Duration(i) * tick)
-		kept := inFlight[:0]
-		for _, h := range inFlight {
-			if !now.Before(h.until) {
-				if err := h.l.Complete(context.Background(), now, h.lease, limiter.Usage{Exact: true}); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			kept = append(kept, h)
-		}
-		inFlight = kept
-		for range 8 {
-			if try(now, "/t/a") {
-				aIn++
-			}
-		}
-		if i%5 == 0 && now.Sub(t0) >= 5*time.Second {
-			bAsked++
-			if try(now, "/t/b") {
-				bIn++
-			}
-		}
-	}
+	run := storetest.InFlightRun{Slots: 4, Clients: 8, D: 60 * time.Second, Tick: 100 * time.Millisecond, BEvery: 500 * time.Millisecond, BStart: 5 * time.Second}
+	bIn, bAsked, aIn := run.Drive(t, twoInstances(t, rule))
 	t.Logf("in flight: b %d of %d, a %d", bIn, bAsked, aIn)
 	if bIn*10 < bAsked*9 {
 		t.Fatalf("b got %d of its %d requests in while a held every slot it could", bIn, bAsked)

@@ -429,16 +429,35 @@ func testFairShareInFlight(t *testing.T, open Opener) {
 	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 4,
 		FairShare: &limiter.FairShare{By: "user_path"}}
 	ls := []*limiter.Limiter{newLimiter(t, open(), rule), newLimiter(t, open(), rule)}
+	run := InFlightRun{Slots: 4, Clients: 3, D: 12 * time.Second, Tick: 250 * time.Millisecond, BEvery: 500 * time.Millisecond, BStart: 2 * time.Second}
+	if bIn, bAsked, _ := run.Drive(t, ls); bIn*10 < bAsked*9 {
+		t.Fatalf("b got %d of its %d requests in", bIn, bAsked)
+	}
+}
+
+// InFlightRun is a fair-share run on a concurrency rule of Slots slots,
+// through limiters taken in turn, for D of simulated time from T0: every
+// Tick, Clients requests of /t/a that each hold a slot for a second try,
+// and from BStart one request of /t/b every BEvery (a multiple of Tick).
+type InFlightRun struct {
+	Slots, Clients          int
+	D, Tick, BEvery, BStart time.Duration
+}
+
+// Drive runs it and returns b's admissions and askings and a's
+// admissions; it fails the test the moment more than Slots are in flight.
+func (run InFlightRun) Drive(t *testing.T, ls []*limiter.Limiter) (bIn, bAsked, aIn int) {
+	t.Helper()
 	type held struct {
 		l     *limiter.Limiter
 		lease *limiter.Lease
 		until time.Time
 	}
 	var inFlight []held
-	n, bIn, bAsked := 0, 0, 0
+	n := 0
 	try := func(now time.Time, path string) bool {
 		n++
-		l := ls[n%2]
+		l := ls[n%len(ls)]
 		d, err := l.Admit(context.Background(), now, limiter.Request{ID: fmt.Sprintf("%s-%d", t.Name(), n),
 			Subject: limiter.Subject{UserPath: path, Provider: "openai", Model: "gpt-4o"}})
 		if err != nil {
@@ -446,15 +465,15 @@ func testFairShareInFlight(t *testing.T, open Opener) {
 		}
 		if d.Allowed {
 			inFlight = append(inFlight, held{l, d.Lease, now.Add(time.Second)})
-			if len(inFlight) > 4 {
-				t.Fatalf("%d in flight against 4 slots", len(inFlight))
+			if len(inFlight) > run.Slots {
+				t.Fatalf("%d in flight against %d slots", len(inFlight), run.Slots)
 			}
 		}
 		return d.Allowed
 	}
-	const tick = 250 * time.Millisecond
-	for i := range int(12 * time.Second / tick) {
-		now := T0.Add(time.Duration(i) * tick)
+	bTicks := int(run.BEvery / run.Tick)
+	for i := range int(run.D / run.Tick) {
+		now := T0.Add(time.Duration(i) * run.Tick)
 		kept := inFlight[:0]
 		for _, h := range inFlight {
 			if !now.Before(h.until) {
@@ -466,17 +485,17 @@ func testFairShareInFlight(t *testing.T, open Opener) {
 			kept = append(kept, h)
 		}
 		inFlight = kept
-		for range 3 {
-			try(now, "/t/a")
+		for range run.Clients {
+			if try(now, "/t/a") {
+				aIn++
+			}
 		}
-		if i%2 == 0 && now.Sub(T0) >= 2*time.Second {
+		if i%bTicks == 0 && now.Sub(T0) >= run.BStart {
 			bAsked++
 			if try(now, "/t/b") {
 				bIn++
 			}
 		}
 	}
-	if bIn*10 < bAsked*9 {
-		t.Fatalf("b got %d of its %d requests in", bIn, bAsked)
-	}
+	return bIn, bAsked, aIn
 }
