@@ -55,12 +55,7 @@ func (p *Provider) PollBatch(ctx context.Context, id string) (providers.BatchOut
 
 // outputUsage sums an output file's usage by model.
 func (p *Provider) outputUsage(ctx context.Context, fileID string) (map[string]providers.Usage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.BaseURL+"/files/"+url.PathEscape(fileID)+"/content", nil)
-	if err != nil {
-		return nil, err
-	}
-	p.authorize(req)
-	resp, perr := providers.Send(p.client, p.cfg.Name, req)
+	resp, perr := p.request(ctx, http.MethodGet, p.cfg.BaseURL+"/files/"+url.PathEscape(fileID)+"/content", nil, &providers.Request{})
 	if perr != nil {
 		return nil, perr
 	}
@@ -100,12 +95,7 @@ func (p *Provider) outputUsage(ctx context.Context, fileID string) (map[string]p
 
 // get reads a JSON resource whole.
 func (p *Provider) get(ctx context.Context, u string, limit int64) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	p.authorize(req)
-	resp, perr := providers.Send(p.client, p.cfg.Name, req)
+	resp, perr := p.request(ctx, http.MethodGet, u, nil, &providers.Request{})
 	if perr != nil {
 		return nil, perr
 	}
