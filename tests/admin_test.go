@@ -76,11 +76,17 @@ func newInstance(t *testing.T, prefix string, start time.Time, env config.Env) *
 // call makes one request; it returns the status and body.
 func (in *instance) call(t *testing.T, method, path, key, body string, hdr ...string) (int, []byte) {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, in.srv.URL+path, rd)
+	resp := in.do(t, method, path, key, body, hdr...)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// do makes one request (a JSON body when body is set) and returns the
+// response, closed when the test ends.
+func (in *instance) do(t *testing.T, method, path, key, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(method, in.srv.URL+path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -90,13 +96,12 @@ func (in *instance) call(t *testing.T, method, path, key, body string, hdr ...st
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	t.Cleanup(func() { res.Body.Close() })
+	return res
 }
 
 func (in *instance) chat(t *testing.T, key string, hdr ...string) int {

@@ -43,24 +43,6 @@ budgets:
     - {path: /team, amount_usd: 0.01, period: day}
 `
 
-func (in *instance) do(t *testing.T, method, path, key, body string, hdr ...string) *http.Response {
-	t.Helper()
-	req, _ := http.NewRequest(method, in.srv.URL+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { res.Body.Close() })
-	return res
-}
-
 const budgetChat = `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`
 
 type budgetUsageDoc struct {
