@@ -539,6 +539,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the deleted rule: %d, want 404", s)
 	}
 
+	// Out of sight the page stops reading; in sight again it reads at once.
+	tick := func() int { return eval[int](t, b, `state.tick`) }
+	eval[bool](t, b, `(() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => true}); document.dispatchEvent(new Event('visibilitychange')); return true })()`)
+	time.Sleep(4 * time.Second) // the refresh under way ends, and no other is set
+	hidden := tick()
+	time.Sleep(4 * time.Second) // longer than a refresh interval
+	if got := tick(); got != hidden {
+		t.Fatalf("a hidden page read the API %d times in 4 s", got-hidden)
+	}
+	eval[bool](t, b, `(() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => false}); document.dispatchEvent(new Event('visibilitychange')); return true })()`)
+	b.until(t, "reading again once shown", fmt.Sprintf(`state.tick > %d`, hidden))
+
 	// Signing out forgets it.
 	b.step(t, "sign out", chromedp.Click(chromedp.CSS(`#logout`)), chromedp.WaitVisible(chromedp.CSS(`#master-key`)))
 	left := eval[int](t, b, `sessionStorage.length`)

@@ -168,7 +168,8 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 // from, after bringing them up to date whatever the interval: one read of
 // the version when nothing changed, the snapshot too when it did. The
 // admin API reads its lists through it, so a dashboard refreshing every few
-// seconds costs one small read of the configuration, not a snapshot.
+// seconds costs one small read of the configuration, not a snapshot
+// (counted in tests/dashboard_test.go, TestDashboardRefreshCost).
 func (w *Watcher) Current(ctx context.Context) (Snapshot, error) {
 	if err := w.refresh(ctx, w.now()); err != nil {
 		return Snapshot{}, err

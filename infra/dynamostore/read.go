@@ -19,7 +19,7 @@ import (
 // Charge, to within readReclaimEvery: the expired leases a read finds are
 // released at most that often, so a dashboard polling every few seconds
 // does not query the lease index on every poll (admission reclaims on its
-// own, whenever it would refuse).
+// own, whenever it would refuse). TestReadReleasesExpiredLeasesAtMostEvery10s.
 func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charge) ([]limiter.State, error) {
 	keys := make([]string, 0, 2*len(charges))
 	gauges := false

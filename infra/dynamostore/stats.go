@@ -49,7 +49,8 @@ func (s *Store) AddMinuteStats(ctx context.Context, kind string, minute time.Tim
 	return awserr.Classify("add stats", err)
 }
 
-// MinuteStats reads kind's counts for the minutes given (at most 100 a call).
+// MinuteStats reads kind's counts for the minutes given, in BatchGetItems
+// of at most 100 keys, eventually consistent.
 func (s *Store) MinuteStats(ctx context.Context, kind string, minutes []time.Time) (map[time.Time]map[string]float64, error) {
 	keys := make([]map[string]types.AttributeValue, 0, len(minutes))
 	byKey := map[string]time.Time{}

@@ -24,7 +24,8 @@ const (
 // most every FlushEvery (one write per kind and minute), so a flood of
 // refusals costs no write each. The first count is written at once; what
 // comes after is written FlushEvery after the last write, by a timer when
-// no later count brings it, so a burst that stops is not left unwritten.
+// no later count brings it, so a burst that stops is not left unwritten
+// (TestStatsWriteABurstThatStops).
 type Stats struct {
 	Store      StatsStore
 	Now        func() time.Time

@@ -2,7 +2,8 @@
 // and style, embedded, served at GET /admin/ui. The page holds no data; it
 // reads everything from the admin API with the master key the user signs
 // in with, so serving it needs no key, and its Content-Security-Policy
-// lets it load nothing but these files and talk to nothing but its origin.
+// lets it load nothing but these files (and a data: icon) and talk to
+// nothing but its origin. tests/dashboard_test.go holds the page to that.
 package adminui
 
 import (
