@@ -628,3 +628,37 @@ func TestOverviewSeesOtherInstancesAtOnce(t *testing.T) {
 		t.Fatalf("a's overview after b changed it: %v", got)
 	}
 }
+
+// A store that stops answering: the page's data calls answer 503 in the
+// admin API's error shape, promptly, and the page itself still loads.
+func TestDashboardCallsWhenTheStoreStops(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	engine := startTCPProxy(t, strings.TrimPrefix(dynamotest.Endpoint(t), "http://"))
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "http://"+engine.Addr())
+	in := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_CONFIG": writeConfig(t, dashboardConfig)})
+	for _, path := range dashboardCalls {
+		if s, body := in.call(t, "GET", path, master, ""); s != 200 {
+			t.Fatalf("GET %s with the store up: %d %s", path, s, body)
+		}
+	}
+	engine.Stop()
+	for _, path := range dashboardCalls {
+		start := time.Now()
+		s, body := in.call(t, "GET", path, master, "")
+		var e struct {
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if s != 503 || json.Unmarshal(body, &e) != nil || e.Error.Type != "api_error" || e.Error.Message == "" {
+			t.Errorf("GET %s with the store down: %d %s, want 503 api_error", path, s, body)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("GET %s with the store down took %v", path, d)
+		}
+	}
+	if resp := in.do(t, "GET", "/admin/ui", "", ""); resp.StatusCode != 200 {
+		t.Errorf("the page with the store down: %d", resp.StatusCode)
+	}
+}
