@@ -41,7 +41,7 @@ RACE_PKGS    = $(shell $(GO) list ./... | grep -v -e /providers/tokens -e /provi
 # The dashboard's browser test saves its screenshots here (CI's artefacts).
 ARTIFACTS := $(CURDIR)/.artifacts
 
-test: $(NPM_STAMP) ## everything: vet, cfn-lint, then every test (with the race detector where there is concurrency), DynamoDB suites on DynamoDB Local, the dashboard in headless Chromium
+test: $(NPM_STAMP) chromium ## everything: vet, cfn-lint, then every test (with the race detector where there is concurrency), DynamoDB suites on DynamoDB Local, the dashboard in headless Chromium
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory lint-template
 	TOLLGATE_REQUIRE_DYNAMODB=1 TOLLGATE_REQUIRE_BROWSER=1 TOLLGATE_ARTIFACTS=$(ARTIFACTS) \
@@ -113,7 +113,7 @@ chromium: ## headless Chromium for the dashboard's browser test (apt-get when mi
 		echo "install Chromium or Google Chrome: the dashboard's browser test needs one"; exit 1; \
 	fi
 
-screenshots: $(NPM_STAMP) ## the dashboard's browser test, writing its screenshots to docs/screenshots for the README
+screenshots: $(NPM_STAMP) chromium ## the dashboard's browser test, writing its screenshots to docs/screenshots for the README
 	TOLLGATE_REQUIRE_DYNAMODB=1 TOLLGATE_REQUIRE_BROWSER=1 TOLLGATE_UPDATE_SCREENSHOTS=1 TOLLGATE_ARTIFACTS=$(ARTIFACTS) \
 		$(WITH_DDB) $(GO) test -count=1 -run TestDashboardInBrowser ./tests
 
