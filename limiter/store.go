@@ -98,10 +98,12 @@ type Charge struct {
 	PrevFrom  []Counter
 	PrevShare [2]int64
 
-	owner  *rule // the rule charged, when the limiter planned the charge
-	whole  int64 // the limit the shares of a sharded charge add up to
-	shadow bool  // a shadow rule's: admitted whatever its count
-	units  int64 // what a bucket charge asks, in the rule's units
+	owner *rule // the rule charged, when the limiter planned the charge
+	// settleWait is a budget charge's Limiter.SettleWait (see budgetWait).
+	settleWait time.Duration
+	whole      int64 // the limit the shares of a sharded charge add up to
+	shadow     bool  // a shadow rule's: admitted whatever its count
+	units      int64 // what a bucket charge asks, in the rule's units
 	// fairMember marks the charge of a fair-share member's own counter;
 	// member is its member, on the rule's charge and the member's.
 	fairMember bool

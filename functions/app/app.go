@@ -133,7 +133,10 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Limiter, err = limiter.New(limiter.Config{Store: a.Store, Rules: rs, LeaseTTL: cfg.Gateway.LeaseTTL})
+	// A budget full of reservations has room again once the reconciler
+	// settled them: one of its intervals after they complete, and a margin.
+	a.Limiter, err = limiter.New(limiter.Config{Store: a.Store, Rules: rs, LeaseTTL: cfg.Gateway.LeaseTTL,
+		SettleWait: cfg.Settings.ReconcileInterval + time.Second})
 	if err != nil {
 		return nil, err
 	}
