@@ -428,14 +428,14 @@ func TestAdminBudgets(t *testing.T) {
 	if s, b := in.call(t, "GET", "/admin/rate-limits", master, ""); s != 200 || strings.Contains(string(b), "$day") {
 		t.Fatalf("budgets listed as rate limits: %s", b)
 	}
-	if s, b := in.call(t, "PUT", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":1}`); s != 428 {
-		t.Fatalf("no version: %d %s", s, b)
+	if s, b := in.call(t, "PUT", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":"0.006"}`); s != 200 || !strings.Contains(string(b), `"version":2`) {
+		t.Fatalf("PUT without a version updates: %d %s", s, b)
 	}
 	if s, b := in.call(t, "PUT", "/admin/budgets", master, `{"user_path":"/lab","period":"day","amount_usd":1,"version":7}`); s != 409 {
 		t.Fatalf("stale version: %d %s", s, b)
 	}
 	if s, b := in.call(t, "PATCH", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":1}`); s != 200 ||
-		!strings.Contains(string(b), `"version":2`) || !strings.Contains(string(b), `"amount_usd":"1.00"`) {
+		!strings.Contains(string(b), `"version":3`) || !strings.Contains(string(b), `"amount_usd":"1.00"`) {
 		t.Fatalf("update: %d %s", s, b)
 	}
 	if res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/lab/x"); res.StatusCode != 200 {
@@ -455,7 +455,7 @@ func TestAdminBudgets(t *testing.T) {
 	if s != 400 || !strings.Contains(string(b), "user_path") || !strings.Contains(string(b), "fortnight") || !strings.Contains(string(b), "six decimals") {
 		t.Fatalf("bad budget: %d %s", s, b)
 	}
-	if s, b := in.call(t, "DELETE", "/admin/budgets/budget:user_path:/lab:day", master, `{"version":2}`); s != 200 {
+	if s, b := in.call(t, "DELETE", "/admin/budgets/budget:user_path:/lab:day", master, `{"version":3}`); s != 200 {
 		t.Fatalf("delete: %d %s", s, b)
 	}
 	if res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/lab/x"); res.StatusCode != 200 ||
