@@ -165,7 +165,9 @@ func (h *Handler) tags(w http.ResponseWriter, r *http.Request, proto providers.P
 const HeaderClass = "X-Tollgate-Class"
 
 // class sets the caller's traffic class: the key's, else the header's,
-// else the default; an unknown class is a 400.
+// else the configured default (none unless the operator set one: a
+// request that asks for no class waits for nothing); an unknown class is
+// a 400.
 func (h *Handler) class(w http.ResponseWriter, r *http.Request, proto providers.Protocol, c *Caller) bool {
 	if c.keyClass {
 		return true

@@ -38,8 +38,10 @@ type exchange struct {
 	// session holds the lease past the answer: a Realtime session's, ended
 	// by the client or by its expiry.
 	session bool
-	// free charges no tokens at all (token counting, which the providers
-	// do not bill): inputTokens is only what the upstream is told.
+	// free charges nothing to the rules that count generations (token
+	// counting, which the providers neither bill nor count against their
+	// generation limits): inputTokens is only what the upstream is told.
+	// Pauses still apply.
 	free bool
 	// reserveOut is the output reservation, set by serve.
 	reserveOut int64
@@ -218,8 +220,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 				continue
 			}
 		}
-		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
-		h.cfg.Metrics.Observe(metrics.AdmissionLatency, float64(h.cfg.Now().Sub(now).Microseconds())/1000, "Milliseconds")
+		d, err := limiter.Decision{Allowed: true}, error(nil)
+		if !ex.free {
+			d, err = h.cfg.Limiter.Admit(ctx, now, lr)
+			h.cfg.Metrics.Observe(metrics.AdmissionLatency, float64(h.cfg.Now().Sub(now).Microseconds())/1000, "Milliseconds")
+		}
 		if err != nil {
 			h.cfg.Metrics.Count(metrics.StoreFailures, 1)
 			if !h.cfg.FailOpen {
