@@ -63,6 +63,8 @@ type App struct {
 	Clock func() time.Time
 
 	closers []func()
+	// batchCursor is where the next look at pending batches starts.
+	batchCursor string
 	// est reads learned estimates for the gateway and the admin API.
 	est *estimates
 	// Metrics receives what the functions decide: EMF lines inside

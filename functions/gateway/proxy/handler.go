@@ -150,9 +150,11 @@ const DefaultAdaptiveFloor = 64
 // Sessions records the leases of Realtime sessions.
 type Sessions interface {
 	PutSession(ctx context.Context, s SessionRecord) error
-	// TakeSession removes and returns a session, once; ErrUnknownSession
-	// when there is none.
-	TakeSession(ctx context.Context, id string) (SessionRecord, error)
+	// TakeSession removes and returns a session held by a caller at or
+	// below the user path within, once, in one conditional write;
+	// ErrUnknownSession when there is none, or it is another caller's
+	// (which is left as it was).
+	TakeSession(ctx context.Context, id, within string) (SessionRecord, error)
 }
 
 // SessionRecord is the lease a Realtime session holds.

@@ -347,11 +347,16 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
 	hdr.Set("X-Tollgate-Model", t.Model)
 	tw := &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.StreamWriteTimeout}
+	var out http.ResponseWriter = tw
+	var held *sessionWriter
 	stopRenewing := func() {}
-	if !ex.session {
+	if ex.session {
+		held = &sessionWriter{ResponseWriter: tw, own: "tgs_" + reqID}
+		out = held
+	} else {
 		stopRenewing = h.renewWhileRunning(r.Context(), d.Lease, reqID)
 	}
-	res, err := t.Provider.Serve(r.Context(), tw, &providers.Request{
+	res, err := t.Provider.Serve(r.Context(), out, &providers.Request{
 		Op:          ex.op,
 		Model:       t.Model,
 		Stream:      ex.stream,
@@ -364,6 +369,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		MaxTokens:   ex.maxTokens,
 	})
 	stopRenewing()
+	sessionID := ""
+	if held != nil {
+		sessionID = held.finish(res.SessionID)
+	}
 	if res.BatchID != "" && h.cfg.Batches != nil {
 		h.recordBatch(r.Context(), ex, t, res.BatchID, reqID)
 	}
@@ -388,7 +397,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		used = limiter.Usage{Exact: perr.Status != 0}
 	}
 	clientGone := r.Context().Err() != nil
-	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, reqID)) {
+	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
 		h.complete(r.Context(), d.Lease, used, reqID)
 	}
 	if perr == nil {
