@@ -510,3 +510,37 @@ func TestAdminRampAndFairShare(t *testing.T) {
 		t.Fatalf("bad ramp and fair share: %d %s", s, body)
 	}
 }
+
+// In dev mode (no master key, as under `make run`) any bearer is the
+// master, but a managed key is that key: its user path binds it, a path
+// outside it is 403, and once revoked it is refused at once by the
+// instance that revoked it, whose cache had just seen it live.
+func TestManagedKeysBindInDevMode(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	a := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_MASTER_KEY": ""})
+	s, body := a.call(t, "POST", "/admin/keys", "anything", `{"user_path":"/customers/acme","name":"dev"}`)
+	if s != 201 {
+		t.Fatalf("create key in dev mode: %d %s", s, body)
+	}
+	var created struct{ ID, Key string }
+	_ = json.Unmarshal(body, &created)
+	status, usage := a.call(t, "GET", "/v1/usage", created.Key, "")
+	if status != 200 || !strings.Contains(string(usage), `"user_path":"/customers/acme"`) {
+		t.Fatalf("the key's usage in dev mode: %d %s", status, usage)
+	}
+	if s := a.chat(t, created.Key, "X-Tollgate-User-Path", "/customers/other"); s != 403 {
+		t.Fatalf("a path outside the key's in dev mode: %d, want 403", s)
+	}
+	if s := a.chat(t, "any-other-bearer", "X-Tollgate-User-Path", "/customers/other"); s != 200 {
+		t.Fatalf("any other bearer is dev mode's master: %d", s)
+	}
+	if s := a.chat(t, created.Key); s != 200 {
+		t.Fatalf("the live key: %d", s)
+	}
+	if s, _ := a.call(t, "DELETE", "/admin/keys/"+created.ID, "anything", ""); s != 200 {
+		t.Fatal(s)
+	}
+	if s := a.chat(t, created.Key); s != 401 {
+		t.Fatalf("a key revoked on this instance, seen live a moment ago: %d, want 401 at once", s)
+	}
+}

@@ -63,6 +63,9 @@ type App struct {
 	Clock func() time.Time
 
 	closers []func()
+	// keyCache resolves managed keys for the gateway; the admin API drops
+	// what it holds of a key it revokes.
+	keyCache *configstore.KeyCache
 	// batchCursor is where the next look at pending batches starts.
 	batchCursor string
 	// est reads learned estimates for the gateway and the admin API.
@@ -249,9 +252,9 @@ func (a *App) BuildGateway() error {
 			a.Log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
 		}
 	}
-	if s.MasterKey != "" {
-		pc.Keys = keyResolver{cache: configstore.NewKeyCache(a.ConfigStore, 0), now: a.Clock}
-	}
+	// Managed keys bind their callers in dev mode too.
+	a.keyCache = configstore.NewKeyCache(a.ConfigStore, 0)
+	pc.Keys = keyResolver{cache: a.keyCache, now: a.Clock}
 	if bs, ok := a.ConfigStore.(batchStore); ok {
 		pc.Batches = batchRecorder{store: bs}
 	}
@@ -303,8 +306,13 @@ func (a *App) BuildAdmin() error {
 		Classes:       slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
 		AdaptiveFloor: a.Config.Gateway.AdaptiveFloor,
 		DevMode:       s.MasterKey == "",
-		Logger:        a.Log,
-		Now:           a.Clock,
+		KeyRevoked: func(k configstore.Key) {
+			if a.keyCache != nil {
+				a.keyCache.Forget(k.Hash) // this process's gateway refuses it at once
+			}
+		},
+		Logger: a.Log,
+		Now:    a.Clock,
 	})
 	return err
 }
@@ -329,8 +337,11 @@ type keyResolver struct {
 
 func (k keyResolver) Lookup(ctx context.Context, secret string) (proxy.KeyInfo, error) {
 	key, err := k.cache.Lookup(ctx, secret, k.now())
-	if errors.Is(err, configstore.ErrNotFound) {
+	switch {
+	case errors.Is(err, configstore.ErrNotFound):
 		return proxy.KeyInfo{}, proxy.ErrUnknownKey
+	case errors.Is(err, configstore.ErrKeyNotLive):
+		return proxy.KeyInfo{}, proxy.ErrRevokedKey
 	}
 	return proxy.KeyInfo{ID: key.ID, UserPath: key.UserPath, Tags: key.Tags, Class: key.Class}, err
 }
