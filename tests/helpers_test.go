@@ -6,7 +6,6 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -18,13 +17,17 @@ import (
 )
 
 // tcpProxy forwards connections to a target until stopped, so a test can
-// take the engine away from the gateway mid-test.
+// take the engine away from the gateway mid-test: Stop refuses and resets
+// (the engine gone), Stall accepts and never answers (the engine stopped
+// with SIGSTOP, a partition) until Resume.
 type tcpProxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	l       net.Listener
+	target  string
+	mu      sync.Mutex
+	conns   []net.Conn
+	wg      sync.WaitGroup
+	stalled atomic.Bool
+	resumed chan struct{} // closed by Resume
 }
 
 func startTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -33,10 +36,50 @@ func startTCPProxy(t *testing.T, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{l: l, target: target}
+	p := &tcpProxy{l: l, target: target, resumed: make(chan struct{})}
 	p.wg.Go(p.accept)
 	t.Cleanup(p.Stop)
 	return p
+}
+
+// Stall makes the engine stop answering: connections are still accepted,
+// bytes are read, and nothing is forwarded either way.
+func (p *tcpProxy) Stall() {
+	p.mu.Lock()
+	p.resumed = make(chan struct{})
+	p.mu.Unlock()
+	p.stalled.Store(true)
+}
+
+// Resume ends a stall: what was held goes through.
+func (p *tcpProxy) Resume() {
+	p.stalled.Store(false)
+	p.mu.Lock()
+	close(p.resumed)
+	p.mu.Unlock()
+}
+
+// relay copies from src to dst, holding each chunk while stalled.
+func (p *tcpProxy) relay(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			for p.stalled.Load() {
+				p.mu.Lock()
+				wait := p.resumed
+				p.mu.Unlock()
+				<-wait
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *tcpProxy) Addr() string { return p.l.Addr().String() }
@@ -55,14 +98,17 @@ func (p *tcpProxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
-		p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		p.wg.Go(func() { p.relay(up, c) })
+		p.wg.Go(func() { p.relay(c, up) })
 	}
 }
 
 // Stop closes the listener and every connection: from then on the engine
-// is unreachable (connections are refused).
+// is unreachable (connections are refused). It ends a stall.
 func (p *tcpProxy) Stop() {
+	if p.stalled.Load() {
+		p.Resume()
+	}
 	p.l.Close()
 	p.mu.Lock()
 	for _, c := range p.conns {

@@ -230,6 +230,7 @@ func (a *App) BuildGateway() error {
 		DetachCompletion:   !s.InLambda,
 		MaxBodyBytes:       a.Config.Gateway.MaxBodyBytes,
 		FailOpen:           s.StoreFailure == "open",
+		StoreTimeout:       s.StoreTimeout,
 		Logger:             a.Log,
 		Now:                a.Clock,
 		Classes:            a.Config.Shaping.Classes,

@@ -37,6 +37,10 @@ type Settings struct {
 	// reservations settle, which a refusal for reservations tells the
 	// client (TOLLGATE_RECONCILE_INTERVAL, default 5s).
 	ReconcileInterval time.Duration
+	// StoreTimeout is the deadline of each store call on a request's path
+	// (TOLLGATE_STORE_TIMEOUT, default 2s): past it the store is taken as
+	// failing, and TOLLGATE_STORE_FAILURE decides the answer.
+	StoreTimeout time.Duration
 	// MockLatency delays each answer of the mock provider (MOCK_LATENCY_MS).
 	MockLatency time.Duration
 	// InLambda is true when running inside AWS Lambda.
@@ -52,6 +56,7 @@ func loadSettings(env Env) (Settings, error) {
 		StoreFailure:       "closed",
 		TablePrefix:        "tollgate-",
 		ReconcileInterval:  5 * time.Second,
+		StoreTimeout:       2 * time.Second,
 		InLambda:           env["AWS_LAMBDA_RUNTIME_API"] != "",
 	}
 	var errs []error
@@ -90,6 +95,13 @@ func loadSettings(env Env) (Settings, error) {
 			errs = append(errs, fmt.Errorf("TOLLGATE_RECONCILE_INTERVAL: %q is not a positive Go duration (e.g. 5s)", v))
 		}
 		s.ReconcileInterval = d
+	}
+	if v := env["TOLLGATE_STORE_TIMEOUT"]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 10*time.Millisecond || d > time.Minute {
+			errs = append(errs, fmt.Errorf("TOLLGATE_STORE_TIMEOUT: %q is not a Go duration from 10ms to 1m (e.g. 2s)", v))
+		}
+		s.StoreTimeout = d
 	}
 	if v := env["MOCK_LATENCY_MS"]; v != "" {
 		ms, err := strconv.Atoi(v)

@@ -73,7 +73,7 @@ var (
 	// ErrKeyNotLive is a managed key that exists but is revoked or
 	// expired: never taken for an unknown bearer.
 	ErrKeyNotLive = errors.New("key revoked or expired")
-	ErrExists   = errors.New("already exists")
+	ErrExists     = errors.New("already exists")
 )
 
 // ConflictError is a write that lost a race or named a stale version; it

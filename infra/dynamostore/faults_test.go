@@ -33,7 +33,9 @@ import (
 //   - lose: the call is applied and its answer lost (the connection resets
 //     after the engine answered);
 //   - apply500: the call is applied and answered with a 500;
-//   - drop: the call is never sent, and the connection resets.
+//   - drop: the call is never sent, and the connection resets;
+//   - hung: while set, every call is held until its context ends, as a
+//     store that accepts connections and never answers holds it.
 type faults struct {
 	base aws.HTTPClient
 	mu   sync.Mutex
@@ -42,8 +44,10 @@ type faults struct {
 	next  map[string][]fault
 	calls map[string]int // calls that reached the engine, by operation
 	hits  map[string]int // calls answered with a fault
-	// down drops every call while set.
+	// down drops every call while set; hung holds every call until its
+	// context ends.
 	down atomic.Bool
+	hung atomic.Bool
 }
 
 func newFaults() *faults {
@@ -92,6 +96,13 @@ func (f *faults) Do(r *http.Request) (*http.Response, error) {
 		f.hits[op]++
 		f.mu.Unlock()
 		return nil, errReset
+	}
+	if f.hung.Load() {
+		f.mu.Lock()
+		f.hits[op]++
+		f.mu.Unlock()
+		<-r.Context().Done()
+		return nil, r.Context().Err()
 	}
 	f.mu.Lock()
 	var body string
@@ -256,5 +267,37 @@ func TestInjectedTransactionConflict(t *testing.T) {
 	}
 	if st, _ := s.Read(ctx, now, []limiter.Charge{hot}); st[0].Cur != 40 {
 		t.Fatalf("a settlement that never committed changed the counter to %d", st[0].Cur)
+	}
+}
+
+// A store that accepts and never answers holds no admission past its
+// caller's deadline: the charge fails with ErrStoreUnavailable by then,
+// whatever verification and undo it still has to do, and the store works
+// again once the engine answers.
+func TestHungStoreAnswersByTheDeadline(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	f := newFaults()
+	s := faultyStore(t, prefix, f)
+	now := storetest.T0
+	w := now.UnixNano() / int64(time.Minute)
+	win := limiter.Charge{Counter: limiter.Counter{Rule: "hung-w", Kind: limiter.KindRequests, Window: w}, Period: time.Minute, Limit: 5, Amount: 1}
+	slot := limiter.Charge{Counter: limiter.Counter{Rule: "hung-g", Kind: limiter.KindInFlight}, Period: limiter.Concurrent, Limit: 5, Amount: 1}
+	lease := &limiter.Lease{ID: "hung-1", AdmittedAt: now, ExpiresAt: now.Add(time.Hour), Charges: []limiter.Charge{win, slot}}
+	f.hung.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Charge(ctx, now, []limiter.Charge{win, slot}, lease)
+	took := time.Since(start)
+	if !errors.Is(err, limiter.ErrStoreUnavailable) {
+		t.Fatalf("charge on a hung store: %v, want ErrStoreUnavailable", err)
+	}
+	if took > 2*time.Second { // a bound, with slack: the deadline is 200 ms
+		t.Fatalf("the charge answered after %v, past its caller's 200 ms deadline", took)
+	}
+	f.hung.Store(false)
+	out, err := s.Charge(context.Background(), now, []limiter.Charge{win}, nil)
+	if err != nil || !out.Admitted {
+		t.Fatalf("once the engine answers again: %+v, %v", out, err)
 	}
 }

@@ -360,7 +360,36 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	// Undo, even if the caller has gone: give back the slots (idempotent,
 	// so also those whose write may or may not have landed), take back the
 	// window charges known to have landed, and mark the lease refused so
-	// no sweep releases anything for it and no late write revives it.
+	// no sweep releases anything for it and no late write revives it. The
+	// caller waits for it only as long as its own deadline allows: a store
+	// that stopped answering delays no answer past it, and the undo goes
+	// on within its own timeout (the store's: CompensationTimeout).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.undo(ctx, now, charges, keys, res, lease)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn("answering before a refused charge's undo finished: the store is slow; it goes on", "err", ctx.Err())
+	}
+	for i, r := range res {
+		if r.applied == wasApplied && r.err == nil && !r.refused {
+			states[i].Cur -= charges[i].Amount
+			if charges[i].Counter.Kind == limiter.KindCost {
+				states[i].Reserved -= charges[i].Amount
+			}
+		}
+	}
+	if failure != nil {
+		return limiter.Outcome{}, nil, failure
+	}
+	return limiter.Outcome{States: states}, full, nil
+}
+
+// undo takes back what a charge that was not admitted wrote (see charge).
+func (s *Store) undo(ctx context.Context, now time.Time, charges []limiter.Charge, keys []string, res []addResult, lease *limiter.Lease) {
 	undo, cancel := s.undoContext(ctx)
 	defer cancel()
 	var unreleased atomic.Bool
@@ -388,18 +417,6 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 			s.log.Error("could not mark a refused lease; its slots are given back at its expiry", "lease", lease.ID, "err", err)
 		}
 	}
-	for i, r := range res {
-		if r.applied == wasApplied && r.err == nil && !r.refused {
-			states[i].Cur -= charges[i].Amount
-			if charges[i].Counter.Kind == limiter.KindCost {
-				states[i].Reserved -= charges[i].Amount
-			}
-		}
-	}
-	if failure != nil {
-		return limiter.Outcome{}, nil, failure
-	}
-	return limiter.Outcome{States: states}, full, nil
 }
 
 // undoContext bounds writes that must happen even when the caller has gone.
@@ -475,7 +492,13 @@ func (s *Store) conditionalAdd(ctx context.Context, key string, in *dynamodb.Upd
 // landed reads whether a counter's last write is the one with token tok,
 // and the counter's value.
 func (s *Store) landed(ctx context.Context, key string, tok []byte) (int64, bool) {
+	// Even for a caller that has gone, but no longer than its deadline:
+	// an answer that cannot be verified in time is treated as lost.
 	vctx, cancel := s.undoContext(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		cancel()
+		vctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
 	defer cancel()
 	got, err := s.getItems(vctx, s.tables.Counters, []string{key}, attrPK, attrN, attrWriter)
 	if err != nil {

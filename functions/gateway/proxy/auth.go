@@ -151,7 +151,21 @@ func (h *Handler) lookUpKey(ctx context.Context, key string) (KeyInfo, error) {
 	if h.cfg.Keys == nil {
 		return KeyInfo{}, ErrUnknownKey
 	}
-	return h.cfg.Keys.Lookup(ctx, key)
+	var info KeyInfo
+	var answer error // no such key, or revoked: the store answered
+	err := h.storeCall(ctx, func(ctx context.Context) error {
+		var err error
+		info, err = h.cfg.Keys.Lookup(ctx, key)
+		if errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrRevokedKey) {
+			answer = err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	return info, answer
 }
 
 // tags adds the request's X-Tollgate-Tags to the caller's, the key's own

@@ -98,7 +98,11 @@ func (h *Handler) lookUp(ctx context.Context, now time.Time, targets []providers
 	if len(stale) == 0 {
 		return hot
 	}
-	got, err := h.cfg.Cooldowns.CooldownUntil(ctx, stale)
+	var got map[string]time.Time
+	err := h.storeCall(ctx, func(ctx context.Context) (err error) {
+		got, err = h.cfg.Cooldowns.CooldownUntil(ctx, stale)
+		return err
+	})
 	if err != nil {
 		h.log.Warn("could not read provider cooldowns; trying the targets", "err", err)
 		return hot
@@ -128,7 +132,7 @@ func (h *Handler) coolDown(ctx context.Context, t providers.Target, l providers.
 	}
 	now := h.cfg.Now()
 	until := now.Add(wait)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := h.storeContext(ctx)
 	defer cancel()
 	for _, k := range []string{cooldownKey(t), providerKey(t)} {
 		h.cool.Update(k, func(e cooldownEntry, _ bool) cooldownEntry {

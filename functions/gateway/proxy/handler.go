@@ -82,6 +82,10 @@ type Config struct {
 	// FailOpen admits requests when the limit store cannot answer; by
 	// default (false) they are refused with 503 and nothing goes upstream.
 	FailOpen bool
+	// StoreTimeout is the deadline of each store call on a request's path
+	// (DefaultStoreTimeout): past it the store is taken as failing (see
+	// deadline.go).
+	StoreTimeout time.Duration
 	// CompletionTimeout bounds the retries of the write that records usage
 	// and gives back the slot after a response (30 s, never past the
 	// request's own deadline); the client's cancellation does not cut it
@@ -217,6 +221,7 @@ type Handler struct {
 	// shadowRefusals counts the refusals shadow rules would have made.
 	shadowRefusals atomic.Int64
 	cool           *cooldownCache
+	health         storeHealth    // whether the store answers in time
 	pending        sync.WaitGroup // completions retried after their answer
 	lat            latencies      // upstream answer times, for ramps
 }
@@ -280,6 +285,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = mrand.Float64
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
 	}
 	if cfg.CooldownCache <= 0 {
 		cfg.CooldownCache = time.Second

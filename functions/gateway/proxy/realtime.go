@@ -127,8 +127,10 @@ func (h *Handler) holdSession(ctx context.Context, ex *exchange, t providers.Tar
 		return false
 	}
 	if h.cfg.Sessions != nil {
-		err := h.cfg.Sessions.PutSession(context.WithoutCancel(ctx), SessionRecord{
+		sctx, cancel := h.storeContext(ctx)
+		err := h.cfg.Sessions.PutSession(sctx, SessionRecord{
 			Provider: t.Provider.Name(), ID: id, UserPath: ex.caller.UserPath, Lease: *lease})
+		cancel()
 		if err != nil {
 			h.log.Warn("could not record a realtime session; its slot frees at its expiry", "request_id", reqID,
 				"session", id, "expires_at", lease.ExpiresAt, "err", err)
@@ -159,7 +161,11 @@ func (h *Handler) endSession(w http.ResponseWriter, r *http.Request) {
 		unknown()
 		return
 	}
-	s, err := h.cfg.Sessions.TakeSession(r.Context(), id, caller.UserPath)
+	var s SessionRecord
+	err := h.storeCall(r.Context(), func(ctx context.Context) (err error) {
+		s, err = h.cfg.Sessions.TakeSession(ctx, id, caller.UserPath)
+		return err
+	})
 	switch {
 	case errors.Is(err, ErrUnknownSession):
 		unknown()

@@ -83,9 +83,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			return
 		}
 	}
-	if h.cfg.Refresh != nil {
-		h.cfg.Refresh(r.Context(), h.cfg.Now())
-	}
+	h.refresh(r.Context())
 	reqID := h.cfg.NewID()
 	w.Header().Set("X-Request-Id", reqID)
 	if ex.header == nil {
@@ -222,7 +220,10 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		}
 		d, err := limiter.Decision{Allowed: true}, error(nil)
 		if !ex.free {
-			d, err = h.cfg.Limiter.Admit(ctx, now, lr)
+			err = h.storeCall(ctx, func(ctx context.Context) (err error) {
+				d, err = h.cfg.Limiter.Admit(ctx, now, lr)
+				return err
+			})
 			h.cfg.Metrics.Observe(metrics.AdmissionLatency, float64(h.cfg.Now().Sub(now).Microseconds())/1000, "Milliseconds")
 		}
 		if err != nil {
@@ -284,7 +285,13 @@ func (h *Handler) reservation(ctx context.Context, ex *exchange, model string) i
 	}
 	out := min(ex.reserveOut, h.cfg.MaxOutputTokens)
 	if out > 0 && h.cfg.Estimates != nil && (ex.maxTokens <= 0 || h.cfg.AdaptiveCapped) {
-		if est, ok := h.cfg.Estimates.OutputEstimate(ctx, ex.op.String(), model, ex.caller.KeyID); ok {
+		var est Estimate
+		var ok bool
+		_ = h.storeCall(ctx, func(ctx context.Context) error {
+			est, ok = h.cfg.Estimates.OutputEstimate(ctx, ex.op.String(), model, ex.caller.KeyID)
+			return ctx.Err()
+		})
+		if ok {
 			out = max(est.P95, h.cfg.AdaptiveFloor)
 			if ex.maxTokens > 0 {
 				out = min(out, ex.maxTokens)
@@ -467,7 +474,7 @@ func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limit
 		budget = min(budget, time.Until(dl)-time.Second)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, time.Second))
-	first, cancelFirst := context.WithTimeout(ctx, 5*time.Second)
+	first, cancelFirst := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	err := h.cfg.Limiter.Complete(first, h.cfg.Now(), lease, used)
 	cancelFirst()
 	if err == nil {
@@ -582,7 +589,7 @@ func (r *renewal) stop() {
 // recorded still runs, uncharged: the error is logged for an operator.
 func (h *Handler) recordBatch(ctx context.Context, ex *exchange, t providers.Target, id, reqID string) {
 	b := BatchRecord{Provider: t.Provider.Name(), ID: id, UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, SubmittedAt: h.cfg.Now()}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := h.storeContext(ctx)
 	defer cancel()
 	if err := h.cfg.Batches.RecordBatch(rctx, b); err != nil {
 		h.log.Error("could not record a submitted batch; its usage will not be charged", "request_id", reqID, "provider", b.Provider, "batch", id, "err", err)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -61,11 +62,13 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	h.refresh(r.Context())
 	now := h.cfg.Now()
-	if h.cfg.Refresh != nil {
-		h.cfg.Refresh(r.Context(), now)
-	}
-	us, err := h.cfg.Limiter.Usage(r.Context(), now, limiter.Subject{UserPath: caller.UserPath, Key: caller.KeyID, Tags: caller.Tags})
+	var us []limiter.RuleUsage
+	err := h.storeCall(r.Context(), func(ctx context.Context) (err error) {
+		us, err = h.cfg.Limiter.Usage(ctx, now, limiter.Subject{UserPath: caller.UserPath, Key: caller.KeyID, Tags: caller.Tags})
+		return err
+	})
 	if err != nil {
 		writeError(w, providers.ProtocolOpenAI, apiError{status: http.StatusServiceUnavailable, typ: errTypeServer, code: errCodeServiceUnavailable,
 			message: "the gateway cannot read its counters right now"}, 0)
