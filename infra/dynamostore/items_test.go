@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -96,6 +97,8 @@ func valueSize(v types.AttributeValue) int {
 		return len(v.Value)/2 + 1
 	case *types.AttributeValueMemberBOOL:
 		return 1
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
 	case *types.AttributeValueMemberL:
 		n := 3
 		for _, e := range v.Value {
@@ -111,3 +114,32 @@ func valueSize(v types.AttributeValue) int {
 	}
 	return 0
 }
+
+// A window counter's item, with every writer slot taken, its largest
+// count, reservation and TTL, stays one write unit (1 KB) for keys up to
+// the longest a user path makes; keys too long for even the fewest slots
+// are past any key tollgate writes.
+func TestCounterItemStaysUnderOneKB(t *testing.T) {
+	for _, keyLen := range []int{40, 200, 600, 800} {
+		pk := string(make([]byte, keyLen))
+		item := map[string]types.AttributeValue{
+			attrPK: sv(pk), attrN: n(limiter.MaxAmount), attrReserved: n(limiter.MaxAmount), attrTTL: n(1 << 40),
+		}
+		slots := writerSlots(pk)
+		for i := range slots {
+			item[attrWriter+itoa(i)] = bin(make([]byte, tokenBytes))
+		}
+		if size := itemSize(item); size > 1024 {
+			t.Errorf("a counter with a %d-byte key and all %d writer slots is %d bytes, over one write unit", keyLen, slots, size)
+		}
+		if keyLen <= 200 && slots != maxWriterSlots {
+			t.Errorf("a %d-byte key has %d writer slots, want %d", keyLen, slots, maxWriterSlots)
+		}
+	}
+	tok := writeToken()
+	if got := writerSlot("k", tok); got != writerSlot("k", tok) || len(tok) != tokenBytes {
+		t.Fatal("a token's slot must not change")
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

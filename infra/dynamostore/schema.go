@@ -45,7 +45,7 @@ const (
 	attrSK        = "sk"         // config: the sort key
 	attrN         = "n"          // counters: the count
 	attrReserved  = "r"          // budgets: the part of n not yet settled
-	attrWriter    = "w"          // counters: the last writer's token
+	attrWriter    = "w"          // counters: writer tokens, in slots w0, w1, … (see writerSlot)
 	attrSlots     = "s"          // gauges: the slots held, one entry per lease
 	attrTTL       = "ttl"        // every table: TTL, Unix seconds
 	attrID        = "id"         // leases: the lease (request) id

@@ -460,6 +460,7 @@ func (s *Store) conditionalAdd(ctx context.Context, key string, in *dynamodb.Upd
 	tok := writeToken()
 	in.TableName = &s.tables.Counters
 	in.Key = keyOf(key)
+	in.ExpressionAttributeNames["#w"] = writerSlot(key, tok)
 	in.ExpressionAttributeValues[":w"] = bin(tok)
 	in.ReturnValues = types.ReturnValueUpdatedNew
 	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
@@ -500,12 +501,13 @@ func (s *Store) landed(ctx context.Context, key string, tok []byte) (int64, bool
 		vctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
 	}
 	defer cancel()
-	got, err := s.getItems(vctx, s.tables.Counters, []string{key}, attrPK, attrN, attrWriter)
+	slot := writerSlot(key, tok)
+	got, err := s.getItems(vctx, s.tables.Counters, []string{key}, attrPK, attrN, slot)
 	if err != nil {
 		return 0, false
 	}
 	item := got[key]
-	w, _ := item[attrWriter].(*types.AttributeValueMemberB)
+	w, _ := item[slot].(*types.AttributeValueMemberB)
 	if w == nil || !bytes.Equal(w.Value, tok) {
 		return 0, false
 	}
@@ -552,7 +554,7 @@ func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) e
 	// amount back leaves max(value, now), the same bucket (one at or
 	// before now is full either way).
 	update := "ADD #n :a SET #w = :w"
-	names := map[string]string{"#n": attrN, "#w": attrWriter}
+	names := map[string]string{"#n": attrN, "#w": writerSlot(key, tok)}
 	if c.Counter.Kind == limiter.KindCost {
 		update = "ADD #n :a, #r :a SET #w = :w"
 		names["#r"] = attrReserved
