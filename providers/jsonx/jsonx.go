@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 )
 
 // ErrSyntax is returned for a body that is not a JSON object (or array).
@@ -268,4 +269,101 @@ func Path(obj []byte, keys ...string) ([]byte, bool) {
 		}
 	}
 	return v, true
+}
+
+// keyString returns the member name the raw JSON string s (quotes
+// included) holds, unescaped as a decoder reads it.
+func keyString(s []byte) string {
+	inner := s[1 : len(s)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner)
+	}
+	var k string
+	if json.Unmarshal(s, &k) != nil {
+		return string(inner)
+	}
+	return k
+}
+
+// Duplicate returns the first member name that appears twice in one
+// object anywhere in the JSON value b (names compared as a decoder
+// unescapes them, exactly), and its path ("messages[0].content"). Parsers
+// read duplicates differently (the last wins in Go and most, the first in
+// some): a body with one cannot be read one way for sure. The scan is
+// linear in the body.
+func Duplicate(b []byte) (name, path string, found bool) {
+	found = duplicate(b, "", &name, &path)
+	return name, path, found
+}
+
+func duplicate(v []byte, at string, name, path *string) bool {
+	i := skipSpace(v, 0)
+	if i >= len(v) {
+		return false
+	}
+	switch v[i] {
+	case '{':
+		var seen []string
+		var set map[string]bool // past a few members, a set
+		dup := false
+		_ = Fields(v, func(k []byte, start, end int) bool {
+			key := keyString(k)
+			switch {
+			case set != nil:
+				dup = set[key]
+				set[key] = true
+			default:
+				for _, s := range seen {
+					if s == key {
+						dup = true
+					}
+				}
+				if seen = append(seen, key); len(seen) > 16 {
+					set = make(map[string]bool, 2*len(seen))
+					for _, s := range seen {
+						set[s] = true
+					}
+				}
+			}
+			child := key
+			if at != "" {
+				child = at + "." + key
+			}
+			if dup {
+				*name, *path = key, child
+				return false
+			}
+			dup = duplicate(v[start:end], child, name, path)
+			return !dup
+		})
+		return dup
+	case '[':
+		dup, n := false, 0
+		_ = Elements(v, func(e []byte) bool {
+			dup = duplicate(e, at+"["+strconv.Itoa(n)+"]", name, path)
+			n++
+			return !dup
+		})
+		return dup
+	}
+	return false
+}
+
+// Folded returns the first member of the object obj whose name (as a
+// decoder unescapes it) equals one of names but for case ("MAX_TOKENS"
+// for "max_tokens", as Unicode folds it, as encoding/json matches): a
+// decoder that ignores case reads it as the name, one that does not
+// ignores it.
+func Folded(obj []byte, names ...string) (got, want string, found bool) {
+	_ = Fields(obj, func(k []byte, _, _ int) bool {
+		key := keyString(k)
+		for _, n := range names {
+			if key != n && strings.EqualFold(key, n) {
+				got, want, found = key, n, true
+				return false
+			}
+		}
+		return true
+	})
+	return got, want, found
 }

@@ -94,3 +94,30 @@ func BenchmarkMember(b *testing.B) {
 		}
 	}
 }
+
+func TestDuplicateAndFolded(t *testing.T) {
+	for _, c := range []struct {
+		body, name, path string
+	}{
+		{`{"a":1,"b":2}`, "", ""},
+		{`{"max_tokens":5000,"max_tokens":1}`, "max_tokens", "max_tokens"},
+		{`{"max_tokens":5000,"max\u005ftokens":1}`, "max_tokens", "max_tokens"},
+		{`{"messages":[{"role":"user"},{"content":"a","content":"b"}]}`, "content", "messages[1].content"},
+		{`{"generationConfig":{"maxOutputTokens":1,"maxOutputTokens":2}}`, "maxOutputTokens", "generationConfig.maxOutputTokens"},
+		{`{"MAX_TOKENS":1,"max_tokens":2}`, "", ""}, // not duplicates byte for byte: Folded finds these
+	} {
+		name, path, found := Duplicate([]byte(c.body))
+		if found != (c.name != "") || name != c.name || path != c.path {
+			t.Errorf("Duplicate(%s) = %q %q %v, want %q %q", c.body, name, path, found, c.name, c.path)
+		}
+	}
+	if got, want, ok := Folded([]byte(`{"model":"x","MAX_TOKENS":1}`), "max_tokens", "n"); !ok || got != "MAX_TOKENS" || want != "max_tokens" {
+		t.Errorf("Folded: %q %q %v", got, want, ok)
+	}
+	if _, _, ok := Folded([]byte(`{"max_tokens":1,"max\u005ftokens":2}`), "max_tokens"); ok {
+		t.Error("an escaped name every decoder reads alike is not folded")
+	}
+	if got, _, ok := Folded([]byte("{\"max_to\u212aens\":1}"), "max_tokens"); !ok || got != "max_to\u212aens" {
+		t.Errorf("the Kelvin sign folds to k, as encoding/json matches: %q %v", got, ok)
+	}
+}

@@ -96,7 +96,7 @@ const (
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
 	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
+	if !ok || refuseFolded(w, proto, body, "", chatKeys...) {
 		return
 	}
 	req, fast := parseChat(body)

@@ -15,6 +15,7 @@ import (
 	mrand "math/rand/v2"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/jsonx"
 	"github.com/tollgate/tollgate/providers/pricing"
 	"github.com/tollgate/tollgate/providers/tokens"
 )
@@ -371,17 +373,53 @@ func (h *Handler) unknownRoute(w http.ResponseWriter, r *http.Request) {
 }
 
 // readJSON reads a JSON request body within the size limit, writing the
-// error answer and returning false when it cannot.
+// error answer and returning false when it cannot: a type that is not
+// application/json, or none (what a page of another site sends with
+// no-cors), is 415; a member given twice in one object is 400 (see
+// refuseDuplicates).
 func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol) ([]byte, bool) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			writeError(w, proto, apiError{status: http.StatusUnsupportedMediaType, typ: errTypeInvalidRequest, code: errCodeUnsupportedMediaType,
-				message: "unsupported Content-Type " + ct + ": send application/json"}, 0)
-			return nil, false
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		msg := "unsupported Content-Type " + ct + ": send application/json"
+		if ct == "" {
+			msg = "no Content-Type: send application/json"
 		}
+		writeError(w, proto, apiError{status: http.StatusUnsupportedMediaType, typ: errTypeInvalidRequest, code: errCodeUnsupportedMediaType,
+			message: msg}, 0)
+		return nil, false
 	}
-	return h.readBody(w, r, proto)
+	body, ok := h.readBody(w, r, proto)
+	if !ok || refuseDuplicates(w, proto, body) {
+		return nil, false
+	}
+	return body, true
+}
+
+// refuseDuplicates answers 400 for a JSON body with a member given twice
+// in one object: the gateway reads the last ("max_tokens":5000,
+// "max_tokens":1 reserves 1), an upstream may read the first and produce
+// 5,000. It reports whether it answered.
+func refuseDuplicates(w http.ResponseWriter, proto providers.Protocol, body []byte) bool {
+	name, path, dup := jsonx.Duplicate(body)
+	if !dup {
+		return false
+	}
+	badRequest(w, proto, path, "the member "+strconv.Quote(name)+" is given twice (at "+path+"): parsers read duplicates differently; send each member once")
+	return true
+}
+
+// refuseFolded answers 400 for a member of the JSON object obj that is
+// one admission reads spelled otherwise but for case ("MAX_TOKENS"):
+// encoding/json would read it as the member, an upstream that matches
+// names exactly would not, and the reservation would not be what the
+// upstream does. It reports whether it answered.
+func refuseFolded(w http.ResponseWriter, proto providers.Protocol, obj []byte, at string, names ...string) bool {
+	got, want, found := jsonx.Folded(obj, names...)
+	if !found {
+		return false
+	}
+	badRequest(w, proto, at+want, "the member "+strconv.Quote(at+got)+" is not "+strconv.Quote(at+want)+": member names are case-sensitive")
+	return true
 }
 
 // readBody reads a request body within the size limit, writing the error

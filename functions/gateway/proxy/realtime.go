@@ -27,7 +27,7 @@ func (h *Handler) realtime(w http.ResponseWriter, r *http.Request) {
 			Model string `json:"model"`
 		} `json:"session"`
 	}
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	caller, body, ok := h.beginJSON(w, r, proto, &req, "model", "session")
 	if !ok {
 		return
 	}

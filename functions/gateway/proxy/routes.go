@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/jsonx"
 )
 
 // responsesRequest is what admission reads of a Responses API call.
@@ -26,7 +27,7 @@ type responsesRequest struct {
 func (h *Handler) responses(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
 	var req responsesRequest
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	caller, body, ok := h.beginJSON(w, r, proto, &req, "model", "input", "instructions", "max_output_tokens", "stream", "tools")
 	if !ok {
 		return
 	}
@@ -78,7 +79,7 @@ func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
 		Model *string         `json:"model"`
 		Input json.RawMessage `json:"input"`
 	}
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	caller, body, ok := h.beginJSON(w, r, proto, &req, "model", "input")
 	if !ok {
 		return
 	}
@@ -167,7 +168,7 @@ func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) beginMessages(w http.ResponseWriter, r *http.Request, needMaxTokens bool) (messagesRequest, Caller, []byte, bool) {
 	const proto = providers.ProtocolAnthropic
 	var req messagesRequest
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	caller, body, ok := h.beginJSON(w, r, proto, &req, "model", "max_tokens", "system", "messages", "stream", "tools")
 	if !ok {
 		return req, caller, nil, false
 	}
@@ -255,7 +256,10 @@ func (h *Handler) audio(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		model = m
-	case "application/json", "":
+	case "application/json":
+		if refuseDuplicates(w, proto, body) || refuseFolded(w, proto, body, "", "model", "input") {
+			return
+		}
 		var req struct {
 			Model string `json:"model"`
 			Input string `json:"input"`
@@ -308,7 +312,7 @@ func (h *Handler) batches(w http.ResponseWriter, r *http.Request) {
 		InputFileID string `json:"input_file_id"`
 		Endpoint    string `json:"endpoint"`
 	}
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	caller, body, ok := h.beginJSON(w, r, proto, &req, "input_file_id", "endpoint")
 	if !ok {
 		return
 	}
@@ -367,7 +371,11 @@ func (h *Handler) passthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	// A body that is not JSON goes through as it is; its sizes, read
 	// loosely, still only ever lower nothing: out-of-range values take the
-	// defaults, and the reservation is capped like any other.
+	// defaults, and the reservation is capped like any other. A JSON body
+	// is read as an upstream reads it: exactly, each member once.
+	if json.Valid(body) && (refuseDuplicates(w, proto, body) || refuseFolded(w, proto, body, "", "model", "stream", "max_tokens", "n")) {
+		return
+	}
 	_ = json.Unmarshal(body, &req)
 	if req.MaxTokens < 1 || req.MaxTokens > providers.MaxRequestTokens {
 		req.MaxTokens = 0
@@ -417,15 +425,25 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 			message: "unknown method " + target + ": want {model}:generateContent, :streamGenerateContent, :countTokens, :embedContent or :batchEmbedContents"}, 0)
 		return
 	}
-	var req struct {
-		Contents          []geminiContent `json:"contents"`
-		SystemInstruction *geminiContent  `json:"systemInstruction"`
-		GenerationConfig  struct {
-			MaxOutputTokens *int64 `json:"maxOutputTokens"`
-			CandidateCount  *int64 `json:"candidateCount"`
-		} `json:"generationConfig"`
+	// Google's JSON mapping takes a field by its JSON name or its proto
+	// name (maxOutputTokens or max_output_tokens): both are read, and a
+	// body giving both is refused, since which one the API takes is not
+	// the gateway's to guess.
+	type generationConfig struct {
+		MaxOutputTokens      *int64 `json:"maxOutputTokens"`
+		MaxOutputTokensProto *int64 `json:"max_output_tokens"`
+		CandidateCount       *int64 `json:"candidateCount"`
+		CandidateCountProto  *int64 `json:"candidate_count"`
 	}
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	var req struct {
+		Contents               []geminiContent   `json:"contents"`
+		SystemInstruction      *geminiContent    `json:"systemInstruction"`
+		SystemInstructionProto *geminiContent    `json:"system_instruction"`
+		GenerationConfig       *generationConfig `json:"generationConfig"`
+		GenerationConfigProto  *generationConfig `json:"generation_config"`
+	}
+	caller, body, ok := h.beginJSON(w, r, proto, &req,
+		"contents", "systemInstruction", "system_instruction", "generationConfig", "generation_config")
 	if !ok {
 		return
 	}
@@ -433,16 +451,37 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, proto, "contents", "contents is not specified")
 		return
 	}
-	maxOut, ok := positive(w, proto, "generationConfig.maxOutputTokens", req.GenerationConfig.MaxOutputTokens)
+	cfg, ok := oneSpelling(w, proto, "generationConfig", req.GenerationConfig, req.GenerationConfigProto)
+	system, ok2 := oneSpelling(w, proto, "systemInstruction", req.SystemInstruction, req.SystemInstructionProto)
+	if !ok || !ok2 {
+		return
+	}
+	if cfg == nil {
+		cfg = &generationConfig{}
+	} else {
+		raw, _ := jsonx.Member(body, "generationConfig")
+		if req.GenerationConfigProto != nil {
+			raw, _ = jsonx.Member(body, "generation_config")
+		}
+		if refuseFolded(w, proto, raw, "generationConfig.", "maxOutputTokens", "max_output_tokens", "candidateCount", "candidate_count") {
+			return
+		}
+	}
+	capValue, ok := oneSpelling(w, proto, "generationConfig.maxOutputTokens", cfg.MaxOutputTokens, cfg.MaxOutputTokensProto)
+	count, ok2 := oneSpelling(w, proto, "generationConfig.candidateCount", cfg.CandidateCount, cfg.CandidateCountProto)
+	if !ok || !ok2 {
+		return
+	}
+	maxOut, ok := positive(w, proto, "generationConfig.maxOutputTokens", capValue)
 	if !ok {
 		return
 	}
-	candidates, ok := bounded(w, proto, "generationConfig.candidateCount", req.GenerationConfig.CandidateCount, providers.MaxCandidates)
+	candidates, ok := bounded(w, proto, "generationConfig.candidateCount", count, providers.MaxCandidates)
 	if !ok {
 		return
 	}
 	var text strings.Builder
-	req.SystemInstruction.text(&text)
+	system.text(&text)
 	for i := range req.Contents {
 		req.Contents[i].text(&text)
 	}
@@ -466,7 +505,7 @@ func (h *Handler) geminiAux(w http.ResponseWriter, r *http.Request, model, actio
 			SystemInstruction *geminiContent  `json:"systemInstruction"`
 		} `json:"generateContentRequest"`
 	}
-	caller, body, ok := h.beginJSON(w, r, proto, &req)
+	caller, body, ok := h.beginJSON(w, r, proto, &req, "content", "contents", "requests", "generateContentRequest")
 	if !ok {
 		return
 	}
@@ -532,6 +571,19 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
+// oneSpelling returns the one of a field's two spellings a body gives
+// (json's and proto's, for Gemini), answering 400 when it gives both.
+func oneSpelling[T any](w http.ResponseWriter, proto providers.Protocol, field string, a, b *T) (*T, bool) {
+	if a != nil && b != nil {
+		badRequest(w, proto, field, field+" is given twice, under its JSON and its proto name: send one")
+		return nil, false
+	}
+	if a != nil {
+		return a, true
+	}
+	return b, true
+}
+
 // begin authenticates and reads a JSON body.
 func (h *Handler) begin(w http.ResponseWriter, r *http.Request, proto providers.Protocol) (Caller, []byte, bool) {
 	caller, ok := h.authenticate(w, r, proto)
@@ -543,10 +595,12 @@ func (h *Handler) begin(w http.ResponseWriter, r *http.Request, proto providers.
 }
 
 // beginJSON is begin for a JSON route: it also decodes the body into v,
-// answering 400 in the protocol's shape when it is not that JSON.
-func (h *Handler) beginJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol, v any) (Caller, []byte, bool) {
+// answering 400 in the protocol's shape when it is not that JSON, or when
+// a member among names (what admission reads) is spelled otherwise but
+// for case.
+func (h *Handler) beginJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol, v any, names ...string) (Caller, []byte, bool) {
 	caller, body, ok := h.begin(w, r, proto)
-	if !ok {
+	if !ok || refuseFolded(w, proto, body, "", names...) {
 		return Caller{}, nil, false
 	}
 	if err := json.Unmarshal(body, v); err != nil {
