@@ -318,7 +318,8 @@ func (b *browser) until(t *testing.T, what, expr string) {
 }
 
 // shot saves a screenshot of the whole page as an artefact and, with
-// TOLLGATE_UPDATE_SCREENSHOTS set, as the README's copy in docs/.
+// TOLLGATE_UPDATE_SCREENSHOTS set, as the documentation's copy in
+// docs/screenshots/.
 func (b *browser) shot(t *testing.T, name string) {
 	t.Helper()
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
