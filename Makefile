@@ -18,7 +18,7 @@ CONFIG    ?= $(wildcard tollgate.yaml)
 LOCALSTACK := docker compose -f localstack/docker-compose.yml
 STACK      ?= tollgate
 
-.PHONY: help run run-dynamodb test bench build lint lint-template deps chromium screenshots deploy localstack-up localstack-deploy localstack-down docker-check
+.PHONY: help run run-dynamodb test bench build lint lint-template deps chromium screenshots deploy sam-check localstack-up localstack-deploy localstack-down docker-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -72,9 +72,12 @@ lint-template: ## cfn-lint on template.yaml (with the SAM translator), when cfn-
 		echo "cfn-lint not installed: template.yaml not linted (pip install cfn-lint)"; \
 	fi
 
-deploy: build ## deploy to AWS with sam (guided the first time: writes samconfig.toml)
-	@command -v sam >/dev/null || { echo "the AWS SAM CLI is needed: https://docs.aws.amazon.com/serverless-application-model/"; exit 1; }
+deploy: sam-check build ## deploy to AWS with sam (guided the first time: writes samconfig.toml)
 	@if [ -f samconfig.toml ]; then sam deploy; else sam deploy --guided --capabilities CAPABILITY_IAM; fi
+
+# sam-check says the SAM CLI is missing before anything is built.
+sam-check:
+	@command -v sam >/dev/null || { echo "the AWS SAM CLI is needed: https://docs.aws.amazon.com/serverless-application-model/"; exit 1; }
 
 localstack-up: docker-check ## start LocalStack (docker compose) with tollgate's tables and master key parameter
 	@if [ -z "$$LOCALSTACK_AUTH_TOKEN" ]; then echo "note: LOCALSTACK_AUTH_TOKEN is not set; recent LocalStack images need one (see README, Try it on LocalStack)"; fi
@@ -101,14 +104,21 @@ deps: $(NPM_STAMP) chromium ## install the Go modules, the tests' Node packages 
 	$(GO) mod download
 
 # Headless Chromium for the dashboard's browser test, from the system's
-# packages (Debian's chromium) when there is none.
+# packages (Debian's chromium) when there is none. Another apt running
+# (an unattended upgrade on a fresh machine) holds apt's locks: install
+# waits for dpkg's up to 10 minutes, update is tried again for 2.
 chromium: ## headless Chromium for the dashboard's browser test (apt-get when missing)
 	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then \
 		echo "chromium: installed"; \
 	elif command -v apt-get >/dev/null; then \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		echo "installing chromium with apt-get"; \
-		$$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+		lock="-o DPkg::Lock::Timeout=600"; \
+		for try in 1 2 3 4 5 6 7 8 9 10 11 12; do \
+			$$sudo apt-get $$lock update -qq && break; \
+			echo "apt-get update failed (another apt holding its lock?); trying again in 10 s"; sleep 10; \
+		done; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get $$lock install -y -qq --no-install-recommends chromium >/dev/null; \
 	else \
 		echo "install Chromium or Google Chrome: the dashboard's browser test needs one"; exit 1; \
 	fi

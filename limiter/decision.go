@@ -54,6 +54,14 @@ type Refusal struct {
 	// End is when a fixed window or a budget's period ends; zero for
 	// others.
 	End time.Time
+	// Spent and Reserved split a budget's count: what settled requests
+	// spent in the period, and what requests in flight or not yet settled
+	// hold in reservations (micro-dollars). ReservedOnly says the budget
+	// refused for its reservations alone: once they settle (they mostly
+	// turn into less than they reserved) there is room for this request,
+	// so RetryAfter is when they are expected back, not the period's end.
+	Spent, Reserved int64
+	ReservedOnly    bool
 }
 
 // IsBudget reports whether a budget refused.
@@ -98,10 +106,16 @@ func (r *Refusal) Message() string {
 	}
 	if r.IsBudget() {
 		budget := r.periodWord() + " budget of $" + FormatUSD(r.Limit)
-		if !r.Retryable {
+		switch {
+		case !r.Retryable:
 			return "request costing $" + FormatUSD(r.Amount) + " exceeds the " + budget + " for " + subject
+		case r.ReservedOnly:
+			return "budget reserved, not spent, for " + subject + ": the " + budget + " has $" + FormatUSD(r.Spent) +
+				" spent and $" + FormatUSD(r.Reserved) + " reserved by requests in flight or not yet settled; this request would reserve $" +
+				FormatUSD(r.Amount) + ": retry when they settle"
 		}
-		return "budget exhausted for " + subject + ": the " + budget + " is spent or reserved; this request would reserve $" + FormatUSD(r.Amount)
+		return "budget exhausted for " + subject + ": the " + budget + " has $" + FormatUSD(r.Spent) + " spent" +
+			reservedNote(r.Reserved) + "; this request would reserve $" + FormatUSD(r.Amount)
 	}
 	limit := r.periodWord() + " " + r.Kind.noun() + " limit of " + strconv.FormatInt(r.Limit, 10)
 	if r.Rule.Bucket != nil {
@@ -112,6 +126,14 @@ func (r *Refusal) Message() string {
 			" exceeds the " + limit + " for " + subject
 	}
 	return "rate limit exceeded for " + subject + ": " + limit + " reached"
+}
+
+// reservedNote adds what is reserved to a spent budget's message.
+func reservedNote(reserved int64) string {
+	if reserved <= 0 {
+		return ""
+	}
+	return " and $" + FormatUSD(reserved) + " reserved"
 }
 
 func (r *Refusal) periodWord() string {

@@ -21,16 +21,25 @@ type Config struct {
 	// LeaseTTL bounds how long a request holds its in-flight slot when its
 	// process dies before completing it. Zero means DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// SettleWait is how long after a request completes its reservations
+	// are expected to be settled (the reconciler's interval and a margin):
+	// the Retry-After of a budget refused only for what is reserved in
+	// it. Zero means DefaultSettleWait.
+	SettleWait time.Duration
 }
+
+// DefaultSettleWait is the SettleWait of a limiter configured with none.
+const DefaultSettleWait = 10 * time.Second
 
 // Limiter decides admissions against a rule set and a Store. It is safe for
 // concurrent use; the rule set can be swapped while requests are decided.
 type Limiter struct {
-	store    Store
-	rules    atomic.Pointer[Rules]
-	leaseTTL time.Duration
-	old      oldSlots // concurrency rules whose shard layout changed
-	fair     sync.Map // rule counter → *fairState
+	store      Store
+	rules      atomic.Pointer[Rules]
+	leaseTTL   time.Duration
+	settleWait time.Duration
+	old        oldSlots // concurrency rules whose shard layout changed
+	fair       sync.Map // rule counter → *fairState
 }
 
 // New returns a Limiter.
@@ -44,7 +53,10 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
-	l := &Limiter{store: cfg.Store, leaseTTL: cfg.LeaseTTL}
+	if cfg.SettleWait < 0 {
+		return nil, errors.New("limiter: negative settle wait")
+	}
+	l := &Limiter{store: cfg.Store, leaseTTL: cfg.LeaseTTL, settleWait: cmp.Or(cfg.SettleWait, DefaultSettleWait)}
 	if cfg.Rules == nil {
 		cfg.Rules, _ = NewRules(nil)
 	}
@@ -215,7 +227,11 @@ func shadowRefusals(now time.Time, charges []Charge, states []State, admitted bo
 			continue
 		}
 		wait, ok := waitFor(now, c, st)
-		out = append(out, refusalOf(c, groupAmount(charges, i), wait, ok))
+		ref := refusalOf(c, groupAmount(charges, i), wait, ok)
+		if c.Counter.Kind == KindCost {
+			ref.Spent, ref.Reserved, ref.ReservedOnly = budgetSplit(c, st)
+		}
+		out = append(out, ref)
 	}
 	return out
 }
@@ -389,6 +405,11 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
 		}
 	}
+	for i := range charges {
+		if charges[i].Counter.Kind == KindCost {
+			charges[i].settleWait = l.settleWait
+		}
+	}
 	if !inFlight && (!tokens || req.UserPathOnly) {
 		return charges, nil
 	}
@@ -476,6 +497,8 @@ func waitFor(now time.Time, c *Charge, s State) (time.Duration, bool) {
 		return InFlightRetry, c.Amount <= c.Limit
 	case c.Shape == ShapeBucket:
 		return bucketWait(now, s.Cur, c.Limit, c.Amount)
+	case c.Counter.Kind == KindCost:
+		return budgetWait(now, c, s)
 	case c.Shape == ShapeFixed:
 		if c.Amount > c.Limit {
 			return 0, false
@@ -487,6 +510,34 @@ func waitFor(now time.Time, c *Charge, s State) (time.Duration, bool) {
 	}
 	_, elapsed := windowAt(now, c.Period)
 	return slidingWait(c.Limit, s.Prev, s.Cur, c.Amount, c.Period, elapsed)
+}
+
+// budgetWait is waitFor for a budget's charge c: none while it fits; when
+// what refuses it is only reserved (budgetSplit), the time its
+// reservations are expected settled; otherwise the period's end. A
+// charge larger than the budget fits no period.
+func budgetWait(now time.Time, c *Charge, s State) (time.Duration, bool) {
+	if c.Amount > c.Limit {
+		return 0, false
+	}
+	if SatAdd(max(s.Cur, 0), c.Amount) <= c.Limit {
+		return 0, true
+	}
+	if _, _, only := budgetSplit(c, s); only && c.settleWait > 0 {
+		return min(c.settleWait, max(c.End.Sub(now), 0)), true
+	}
+	return c.End.Sub(now), true
+}
+
+// budgetSplit splits what a budget's counter holds into what settled
+// requests spent and what unsettled ones reserved, and reports whether
+// the charge would fit once the reservations were gone: then the budget
+// refuses for reservations only, which settle to what they really cost.
+func budgetSplit(c *Charge, s State) (spent, reserved int64, reservedOnly bool) {
+	cur := max(s.Cur, 0)
+	reserved = min(max(s.Reserved, 0), cur)
+	spent = cur - reserved
+	return spent, reserved, reserved > 0 && SatAdd(spent, c.Amount) <= c.Limit
 }
 
 // refuse builds the Decision for a refused charge: the deciding rule is the
@@ -516,6 +567,9 @@ func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decisio
 	c := &charges[pick]
 	r := c.owner
 	refusal := refusalOf(c, groupAmount(charges, pick), wait, retryable)
+	if c.Counter.Kind == KindCost {
+		refusal.Spent, refusal.Reserved, refusal.ReservedOnly = budgetSplit(c, states[pick])
+	}
 	d.Refused = &refusal
 	if c.Counter.Kind == KindCost {
 		d.Budget = budgetQuotaOf(c, states[pick])

@@ -98,11 +98,20 @@ func TestBudgetRefusalWaitsForThePeriod(t *testing.T) {
 	}
 	r2 := request("/team/app", "openai", "gpt-4o")
 	r2.InputTokens, r2.Price = 1, price
+	// Reserved, not spent: back when the reservation settles.
+	if d := admit(t, l, now, r2); d.Allowed || !d.Refused.ReservedOnly || d.Refused.RetryAfter != limiter.DefaultSettleWait {
+		t.Fatalf("refusal %+v, want a wait for the reservation to settle", d.Refused)
+	}
+	// Spent: back when the period ends.
+	l = newLimiter(t, budget) // without the reservation
+	if _, err := l.Bill(context.Background(), now, "spent", r.Subject, limiter.Usage{InputTokens: 5_000_000}, price); err != nil {
+		t.Fatal(err)
+	}
 	d := admit(t, l, now, r2)
-	if d.Allowed || !d.Refused.IsBudget() || d.Refused.RetryAfter != time.Hour {
+	if d.Allowed || !d.Refused.IsBudget() || d.Refused.ReservedOnly || d.Refused.RetryAfter != time.Hour {
 		t.Fatalf("refusal %+v, want a budget refusal for an hour", d.Refused)
 	}
-	if msg := d.Refused.Message(); !strings.HasPrefix(msg, "budget exhausted for /team: the monthly budget of $5.00 is spent or reserved; this request would reserve $") {
+	if msg := d.Refused.Message(); !strings.HasPrefix(msg, "budget exhausted for /team: the monthly budget of $5.00 has $5.00 spent; this request would reserve $") {
 		t.Fatalf("message %q", msg)
 	}
 	if d := admit(t, l, now.Add(time.Hour), r2); !d.Allowed {

@@ -3,6 +3,8 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"time"
 )
 
@@ -69,13 +71,21 @@ func (r Rule) Ramped(level int64) Rule {
 	return r
 }
 
+// mulDivCeil is a·b/c rounded up, exactly for any non-negative a and b
+// and positive c (a 128-bit product), at most math.MaxInt64.
 func mulDivCeil(a, b, c int64) int64 {
-	// a, b ≤ MaxAmount (2^50) would overflow int64 multiplied; go through
-	// floats only to bound, then exact integers where they fit.
-	if a < 1<<31 && b < 1<<31 {
-		return (a*b + c - 1) / c
+	if a <= 0 || b <= 0 || c <= 0 {
+		return 0
 	}
-	return int64(float64(a) * float64(b) / float64(c))
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64 // the quotient does not fit
+	}
+	q, r := bits.Div64(hi, lo, uint64(c))
+	if r > 0 {
+		q++
+	}
+	return int64(min(q, math.MaxInt64))
 }
 
 func (r Rule) rampProblems() []error {

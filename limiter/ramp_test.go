@@ -56,3 +56,21 @@ func TestRampOverSimulatedTime(t *testing.T) {
 		t.Fatalf("a bad ramp: %d problems, %v", n, bad.Problems())
 	}
 }
+
+// mulDivCeil is exact at the edges of int64: past 2³¹ it does not round
+// through floats.
+func TestMulDivCeilExact(t *testing.T) {
+	for _, c := range []struct{ a, b, c, want int64 }{
+		{3, 5, 4, 4},
+		{1<<31 + 1, 3, 7, (3*(1<<31+1) + 6) / 7},
+		{MaxAmount, MaxAmount - 1, MaxAmount, MaxAmount - 1},
+		{MaxAmount, 3, MaxAmount, 3},
+		{1<<53 + 1, 1, 1, 1<<53 + 1}, // a float64 would round this to 2^53
+		{1 << 62, 4, 2, 1<<63 - 1},   // does not fit: saturates
+		{0, 5, 3, 0},
+	} {
+		if got := mulDivCeil(c.a, c.b, c.c); got != c.want {
+			t.Errorf("mulDivCeil(%d, %d, %d) = %d, want %d", c.a, c.b, c.c, got, c.want)
+		}
+	}
+}

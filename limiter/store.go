@@ -98,10 +98,12 @@ type Charge struct {
 	PrevFrom  []Counter
 	PrevShare [2]int64
 
-	owner  *rule // the rule charged, when the limiter planned the charge
-	whole  int64 // the limit the shares of a sharded charge add up to
-	shadow bool  // a shadow rule's: admitted whatever its count
-	units  int64 // what a bucket charge asks, in the rule's units
+	owner *rule // the rule charged, when the limiter planned the charge
+	// settleWait is a budget charge's Limiter.SettleWait (see budgetWait).
+	settleWait time.Duration
+	whole      int64 // the limit the shares of a sharded charge add up to
+	shadow     bool  // a shadow rule's: admitted whatever its count
+	units      int64 // what a bucket charge asks, in the rule's units
 	// fairMember marks the charge of a fair-share member's own counter;
 	// member is its member, on the rule's charge and the member's.
 	fairMember bool
@@ -262,6 +264,10 @@ func (u Usage) Clamped() Usage {
 type Settlement struct {
 	Lease *Lease
 	Used  Usage
+	// Applied is set by Store.Settle on the settlements it applied in
+	// that call (not those applied before, nor those with nothing to
+	// correct): what is learned from a settlement is learned once.
+	Applied bool
 }
 
 // Store keeps counters and leases. Implementations live in infra/; every one
@@ -303,8 +309,8 @@ type Store interface {
 	// used − reserved, exactly once per lease however often it is called
 	// with it. Refunds are skipped when the usage is not exact; overshoots
 	// are always charged, even past the limit. It returns how many
-	// settlements it applied now: not those applied before, nor those with
-	// nothing to correct.
+	// settlements it applied now, not those applied before, nor those with
+	// nothing to correct, and marks each of them Applied.
 	Settle(ctx context.Context, settlements []Settlement) (int, error)
 
 	// Read returns the states of counters without changing them.

@@ -197,12 +197,17 @@ func TestAdminAPI(t *testing.T) {
 	if s, _ := getOne("user_path:/team:fortnight"); s != 404 {
 		t.Fatalf("get of a malformed id: %d", s)
 	}
-	// PUT replaces, and needs the version: none is 428, a stale one 409.
-	if s, body := a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10}`); s != 428 || !strings.Contains(string(body), "version") {
-		t.Fatalf("PUT without a version: %d %s", s, body)
-	}
+	// PUT creates or updates, as seed 000 says: without a version the last
+	// writer wins; with one (in the body, or If-Match) it is conditional,
+	// a stale one 409 with the current rule.
 	if s, body := a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10,"version":7}`); s != 409 || !strings.Contains(string(body), `"version":1`) {
 		t.Fatalf("PUT with a stale version: %d %s", s, body)
+	}
+	if s, body := a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10}`, "If-Match", `"7"`); s != 409 || !strings.Contains(string(body), `"current"`) {
+		t.Fatalf("PUT with a stale If-Match: %d %s", s, body)
+	}
+	if s, body := a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10,"version":2}`, "If-Match", `"1"`); s != 400 {
+		t.Fatalf("PUT whose version and If-Match disagree: %d %s", s, body)
 	}
 	s, body = a.call(t, "PUT", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":10,"max_tokens":50000,"version":1}`)
 	if s != 200 || !strings.Contains(string(body), `"version":2`) {
@@ -211,9 +216,16 @@ func TestAdminAPI(t *testing.T) {
 	if r := listRules(t, a)["user_path:/team/alpha:minute"]; r.MaxRequests != 10 || r.MaxTokens != 50000 || r.Usage.Requests.Used != 1 {
 		t.Fatalf("limits edit must keep counters: %+v", r)
 	}
+	res := a.do(t, "PUT", "/admin/rate-limits", master, `{"user_path":"/team/alpha","limit_key":{"period":"minute"},"max_requests":15,"max_tokens":50000}`)
+	if b, _ := io.ReadAll(res.Body); res.StatusCode != 200 || !strings.Contains(string(b), `"version":3`) || res.Header.Get("ETag") != `"3"` {
+		t.Fatalf("PUT without a version (last writer wins): %d %s %v", res.StatusCode, b, res.Header)
+	}
+	if r := listRules(t, a)["user_path:/team/alpha:minute"]; r.MaxRequests != 15 || r.Usage.Requests.Used != 1 {
+		t.Fatalf("a PUT of the limits must keep counters: %+v", r)
+	}
 	// PATCH changes only what it sends.
-	s, body = a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":20}`)
-	if s != 200 || !strings.Contains(string(body), `"version":3`) {
+	s, body = a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":20}`, "If-Match", `"3"`)
+	if s != 200 || !strings.Contains(string(body), `"version":4`) {
 		t.Fatalf("patch: %d %s", s, body)
 	}
 	if _, d := getOne("user_path:/team/alpha:minute"); d.MaxRequests != 20 || d.MaxTokens != 50000 {
@@ -222,6 +234,9 @@ func TestAdminAPI(t *testing.T) {
 	if s, _ := a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":30,"version":2}`); s != 409 {
 		t.Fatalf("PATCH with a stale version: %d", s)
 	}
+	if s, _ := a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"max_requests":30}`, "If-Match", `"3"`); s != 409 {
+		t.Fatalf("PATCH with a stale If-Match: %d", s)
+	}
 	if s, body := a.call(t, "PATCH", "/admin/rate-limits/user_path:/team/alpha:minute", master, `{"user_path":"/elsewhere"}`); s != 400 || !strings.Contains(string(body), "move") {
 		t.Fatalf("PATCH of the identity: %d %s", s, body)
 	}
@@ -229,7 +244,7 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("PATCH of nothing: %d", s)
 	}
 	s, body = a.call(t, "PUT", "/admin/rate-limits", master,
-		`{"user_path":"/team/alpha","limit_key":{"period":"hour"},"max_requests":10,"version":3,"from":{"id":"user_path:/team/alpha:minute"}}`)
+		`{"user_path":"/team/alpha","limit_key":{"period":"hour"},"max_requests":10,"version":4,"from":{"id":"user_path:/team/alpha:minute"}}`)
 	if s != 200 {
 		t.Fatalf("move: %d %s", s, body)
 	}
@@ -493,5 +508,39 @@ func TestAdminRampAndFairShare(t *testing.T) {
 		"ramp":{"start":0,"every":"soon"},"fair_share":{"by":"planet"}}`)
 	if s != 400 || !strings.Contains(string(body), "ramp.every") || !strings.Contains(string(body), "fair_share.by") || !strings.Contains(string(body), "ramp.step") {
 		t.Fatalf("bad ramp and fair share: %d %s", s, body)
+	}
+}
+
+// In dev mode (no master key, as under `make run`) any bearer is the
+// master, but a managed key is that key: its user path binds it, a path
+// outside it is 403, and once revoked it is refused at once by the
+// instance that revoked it, whose cache had just seen it live.
+func TestManagedKeysBindInDevMode(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	a := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_MASTER_KEY": ""})
+	s, body := a.call(t, "POST", "/admin/keys", "anything", `{"user_path":"/customers/acme","name":"dev"}`)
+	if s != 201 {
+		t.Fatalf("create key in dev mode: %d %s", s, body)
+	}
+	var created struct{ ID, Key string }
+	_ = json.Unmarshal(body, &created)
+	status, usage := a.call(t, "GET", "/v1/usage", created.Key, "")
+	if status != 200 || !strings.Contains(string(usage), `"user_path":"/customers/acme"`) {
+		t.Fatalf("the key's usage in dev mode: %d %s", status, usage)
+	}
+	if s := a.chat(t, created.Key, "X-Tollgate-User-Path", "/customers/other"); s != 403 {
+		t.Fatalf("a path outside the key's in dev mode: %d, want 403", s)
+	}
+	if s := a.chat(t, "any-other-bearer", "X-Tollgate-User-Path", "/customers/other"); s != 200 {
+		t.Fatalf("any other bearer is dev mode's master: %d", s)
+	}
+	if s := a.chat(t, created.Key); s != 200 {
+		t.Fatalf("the live key: %d", s)
+	}
+	if s, _ := a.call(t, "DELETE", "/admin/keys/"+created.ID, "anything", ""); s != 200 {
+		t.Fatal(s)
+	}
+	if s := a.chat(t, created.Key); s != 401 {
+		t.Fatalf("a key revoked on this instance, seen live a moment ago: %d, want 401 at once", s)
 	}
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
 )
 
@@ -87,5 +89,68 @@ budgets:
 	}
 	if !strings.Contains(in.logs.String(), `"msg":"batch charged"`) {
 		t.Fatal("no log line for the charge")
+	}
+}
+
+// Batches that never end (deleted upstream: every poll a 404) do not keep
+// the ones after them from being polled and charged: a run polls at most
+// 50 that are due, a failed poll waits longer each time, and after ten
+// failures in a row a batch is given up, logged and counted.
+func TestBatchesThatNeverEndDoNotBlockOthers(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/batches/batch_live":
+			_, _ = io.WriteString(w, `{"id":"batch_live","object":"batch","status":"completed","output_file_id":"file_out"}`)
+		case "/v1/files/file_out/content":
+			_, _ = io.WriteString(w, `{"id":"r1","custom_id":"a","response":{"status_code":200,"body":{"model":"gpt-4o-mini","usage":{"prompt_tokens":10,"completion_tokens":5}}},"error":null}`+"\n")
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	prefix := dynamotest.Prefix(t)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	in := newInstance(t, prefix, t0, config.Env{"OPENAI_API_KEY": "k", "TOLLGATE_CONFIG": writeConfig(t, `
+providers:
+  - {name: openai, type: openai, base_url: `+up.URL+`/v1, api_key_env: OPENAI_API_KEY}
+`)})
+	store := in.app.ConfigStore.(interface {
+		PutBatch(context.Context, configstore.Batch) error
+	})
+	for i := range 120 {
+		if err := store.PutBatch(context.Background(), configstore.Batch{Provider: "openai", ID: fmt.Sprintf("batch_dead_%03d", i), UserPath: "/team", SubmittedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.PutBatch(context.Background(), configstore.Batch{Provider: "openai", ID: "batch_live", UserPath: "/team", SubmittedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	charged := 0
+	for run := 0; run < 4 && charged == 0; run++ {
+		rep, _ := in.app.ChargeEndedBatches(context.Background()) // the dead ones' polls fail
+		charged += rep.Charged
+	}
+	if charged != 1 {
+		t.Fatal("the live batch behind 120 dead ones was not charged in four runs")
+	}
+	// Each dead batch is given up after ten failed polls, however long
+	// the waits between them grow.
+	givenUp := 0
+	for run := 0; run < 200 && givenUp < 120; run++ {
+		in.clock.Add(time.Hour)
+		rep, _ := in.app.ChargeEndedBatches(context.Background())
+		givenUp += rep.GivenUp
+		if rep.Charged != 0 {
+			t.Fatalf("run %d charged %d more", run, rep.Charged)
+		}
+	}
+	if givenUp != 120 {
+		t.Fatalf("%d of 120 dead batches given up", givenUp)
+	}
+	if rep, err := in.app.ChargeEndedBatches(context.Background()); err != nil || rep.Pending != 0 {
+		t.Fatalf("after giving up: %+v %v", rep, err)
+	}
+	if !strings.Contains(in.logs.String(), "giving up on a batch whose polls keep failing") {
+		t.Fatal("no log line for a batch given up")
 	}
 }

@@ -89,10 +89,12 @@ func reconcileBudgets(t *testing.T, in *instance, path string) []budgetUsageDoc 
 	}
 }
 
-// A $0.01 budget admits three requests reserving $0.003, refuses the
-// fourth with insufficient_quota until midnight (in each protocol's
-// shape); settlement turns the reservations into what they cost, and
-// makes room for more.
+// A $0.01 budget admits three requests reserving $0.003. The fourth is
+// refused for what is reserved, not spent: a retryable 429 (no
+// x-should-retry: false) whose Retry-After is the reconciler's interval
+// and a second, in each protocol's shape, with both amounts; after
+// settlement a retry is admitted. Once spent money leaves no room, the
+// refusal is insufficient_quota until midnight.
 func TestBudgetThroughTheGateway(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
 	t0 := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
@@ -113,21 +115,24 @@ func TestBudgetThroughTheGateway(t *testing.T) {
 	res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/team/app")
 	b, _ := io.ReadAll(res.Body)
 	e := decodeOpenAIError(t, b)
-	if res.StatusCode != 429 || e.Type != "insufficient_quota" || e.Code == nil || *e.Code != "insufficient_quota" {
-		t.Fatalf("fourth request: %d %s", res.StatusCode, b)
+	if res.StatusCode != 429 || e.Type != "rate_limit_error" || e.Code == nil || *e.Code != "budget_reserved" {
+		t.Fatalf("fourth request, refused for reservations: %d %s", res.StatusCode, b)
 	}
-	if res.Header.Get("Retry-After") != strconv.Itoa(4*3600) || res.Header.Get("X-Should-Retry") != "false" ||
+	// The reconciler runs every 5 s (TOLLGATE_RECONCILE_INTERVAL's
+	// default): the reservations are back within 6 s of completing.
+	if res.Header.Get("Retry-After") != "6" || res.Header.Get("X-Should-Retry") != "" ||
 		res.Header.Get("X-Tollgate-Rule") != "budget:user_path:/team:day" {
 		t.Fatalf("refusal headers %v", res.Header)
 	}
-	if !strings.Contains(e.Message, "daily budget of $0.01") {
+	if !strings.Contains(e.Message, "daily budget of $0.01 has $0.00 spent and $0.009 reserved") || !strings.Contains(e.Message, "reserved, not spent") {
 		t.Fatalf("message %q", e.Message)
 	}
 	// Anthropic's route answers in its own shape.
 	res = in.do(t, "POST", "/v1/messages", master, `{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`,
 		"X-Tollgate-User-Path", "/team/app")
 	b, _ = io.ReadAll(res.Body)
-	if res.StatusCode != 429 || !strings.Contains(string(b), `"type":"error"`) || !strings.Contains(string(b), `"insufficient_quota"`) {
+	if res.StatusCode != 429 || !strings.Contains(string(b), `"type":"error"`) || !strings.Contains(string(b), `"rate_limit_error"`) ||
+		res.Header.Get("Retry-After") != "6" {
 		t.Fatalf("messages refusal: %d %s", res.StatusCode, b)
 	}
 	bs := usageBudgets(t, in, "/team/app")
@@ -138,14 +143,40 @@ func TestBudgetThroughTheGateway(t *testing.T) {
 	if bs[0].SpentUSD != "0.00144" || bs[0].Remaining != "0.00856" {
 		t.Fatalf("after settlement: %+v, want $0.00144 spent (3 × 16 tokens at $30/M)", bs)
 	}
+	in.clock.Add(6 * time.Second) // the Retry-After
 	res = in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/team/app")
 	if res.StatusCode != 200 || res.Header.Get("X-Tollgate-Budget-Remaining-Usd") != "0.00556" {
-		t.Fatalf("after settlement: %d, remaining %q", res.StatusCode, res.Header.Get("X-Tollgate-Budget-Remaining-Usd"))
+		t.Fatalf("the retry at Retry-After: %d, remaining %q", res.StatusCode, res.Header.Get("X-Tollgate-Budget-Remaining-Usd"))
 	}
 	// Another user path is not under /team's budget.
 	if res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/other"); res.StatusCode != 200 ||
 		res.Header.Get("X-Tollgate-Budget-Remaining-Usd") != "" {
 		t.Fatalf("/other: %d %v", res.StatusCode, res.Header)
+	}
+	// Spend the rest: each answer costs $0.00048. Refusals for
+	// reservations are settled and retried, until spending leaves no room.
+	spent := false
+	for i := 0; i < 60 && !spent; i++ {
+		res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/team/app")
+		b, _ := io.ReadAll(res.Body)
+		switch {
+		case res.StatusCode == 200:
+		case res.StatusCode == 429 && strings.Contains(string(b), `"budget_reserved"`):
+			reconcileBudgets(t, in, "/team/app")
+		case res.StatusCode == 429 && strings.Contains(string(b), `"insufficient_quota"`):
+			spent = true
+			if res.Header.Get("Retry-After") != strconv.Itoa(4*3600-6) || res.Header.Get("X-Should-Retry") != "false" {
+				t.Fatalf("refusal with the budget spent: headers %v", res.Header)
+			}
+			if e := decodeOpenAIError(t, b); e.Code == nil || *e.Code != "insufficient_quota" || !strings.Contains(e.Message, "budget exhausted for /team") {
+				t.Fatalf("refusal with the budget spent: %s", b)
+			}
+		default:
+			t.Fatalf("request %d: %d %s", i, res.StatusCode, b)
+		}
+	}
+	if !spent {
+		t.Fatal("the budget was never refused as spent")
 	}
 	// The next day is a new period: a new item, nothing reset anything.
 	in.clock.Add(4 * time.Hour)
@@ -397,14 +428,14 @@ func TestAdminBudgets(t *testing.T) {
 	if s, b := in.call(t, "GET", "/admin/rate-limits", master, ""); s != 200 || strings.Contains(string(b), "$day") {
 		t.Fatalf("budgets listed as rate limits: %s", b)
 	}
-	if s, b := in.call(t, "PUT", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":1}`); s != 428 {
-		t.Fatalf("no version: %d %s", s, b)
+	if s, b := in.call(t, "PUT", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":"0.006"}`); s != 200 || !strings.Contains(string(b), `"version":2`) {
+		t.Fatalf("PUT without a version updates: %d %s", s, b)
 	}
 	if s, b := in.call(t, "PUT", "/admin/budgets", master, `{"user_path":"/lab","period":"day","amount_usd":1,"version":7}`); s != 409 {
 		t.Fatalf("stale version: %d %s", s, b)
 	}
 	if s, b := in.call(t, "PATCH", "/admin/budgets/budget:user_path:/lab:day", master, `{"amount_usd":1}`); s != 200 ||
-		!strings.Contains(string(b), `"version":2`) || !strings.Contains(string(b), `"amount_usd":"1.00"`) {
+		!strings.Contains(string(b), `"version":3`) || !strings.Contains(string(b), `"amount_usd":"1.00"`) {
 		t.Fatalf("update: %d %s", s, b)
 	}
 	if res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/lab/x"); res.StatusCode != 200 {
@@ -424,7 +455,7 @@ func TestAdminBudgets(t *testing.T) {
 	if s != 400 || !strings.Contains(string(b), "user_path") || !strings.Contains(string(b), "fortnight") || !strings.Contains(string(b), "six decimals") {
 		t.Fatalf("bad budget: %d %s", s, b)
 	}
-	if s, b := in.call(t, "DELETE", "/admin/budgets/budget:user_path:/lab:day", master, `{"version":2}`); s != 200 {
+	if s, b := in.call(t, "DELETE", "/admin/budgets/budget:user_path:/lab:day", master, `{"version":3}`); s != 200 {
 		t.Fatalf("delete: %d %s", s, b)
 	}
 	if res := in.do(t, "POST", "/v1/chat/completions", master, budgetChat, "X-Tollgate-User-Path", "/lab/x"); res.StatusCode != 200 ||

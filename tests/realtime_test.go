@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -42,12 +43,14 @@ func TestRealtimeSessionsHoldTheirSlot(t *testing.T) {
 	env := config.Env{"TOLLGATE_CONFIG": writeConfig(t, realtimeConfig)}
 	a := newInstance(t, prefix, t0, env)
 	b := newInstance(t, prefix, t0, env)
+	var sessionHeader string
 	mint := func(in *instance, path, route, body string) (int, map[string]any, string) {
 		t.Helper()
 		res := in.do(t, "POST", route, master, body, "X-Tollgate-User-Path", path)
 		raw, _ := io.ReadAll(res.Body)
 		var m map[string]any
 		_ = json.Unmarshal(raw, &m)
+		sessionHeader = res.Header.Get("X-Tollgate-Session-Id")
 		return res.StatusCode, m, res.Header.Get("X-Tollgate-Rule")
 	}
 	const secrets = `{"session":{"type":"realtime","model":"gpt-realtime"}}`
@@ -56,6 +59,9 @@ func TestRealtimeSessionsHoldTheirSlot(t *testing.T) {
 		t.Fatalf("mint: %d %v", s, first)
 	}
 	id := first["session"].(map[string]any)["id"].(string)
+	if sessionHeader != id {
+		t.Fatalf("X-Tollgate-Session-Id %q, want the upstream's id %q", sessionHeader, id)
+	}
 	if s, _, rule := mint(b, "/rt/alice", "/v1/realtime/sessions", `{"model":"gpt-realtime"}`); s != 429 || rule != "user_path:/rt/*:concurrent" {
 		t.Fatalf("a second session while the first is open: %d %s", s, rule)
 	}
@@ -98,5 +104,45 @@ func TestRealtimeSessionsHoldTheirSlot(t *testing.T) {
 	}
 	if s, _, _ := mint(a, "/tokens", "/v1/realtime/client_secrets", `{"session":{"type":"realtime"}}`); s != 400 {
 		t.Fatalf("no model: %d", s)
+	}
+}
+
+// An upstream whose answer names no session still has its session hold
+// the slot: the gateway keys it by its own id, returned in
+// X-Tollgate-Session-Id (the upstream's id when it has one), and accepts
+// that id to end it. Ending another caller's session changes nothing.
+func TestRealtimeSessionWithoutAnUpstreamID(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	t0 := time.Now().Add(24 * time.Hour).Truncate(time.Hour)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"value":"ek_no_id","expires_at":1893456000}`) // no session id anywhere
+	})
+	env := config.Env{"OPENAI_API_KEY": "sk-test", "TOLLGATE_CONFIG": writeConfig(t, realtimeConfig+`
+providers:
+  - {name: openai, type: openai, base_url: `+up.URL+`/v1, api_key_env: OPENAI_API_KEY}
+`)}
+	in := newInstance(t, prefix, t0, env)
+	const secrets = `{"session":{"type":"realtime","model":"gpt-realtime"}}`
+	res := in.do(t, "POST", "/v1/realtime/client_secrets", master, secrets, "X-Tollgate-User-Path", "/rt/alice")
+	body, _ := io.ReadAll(res.Body)
+	id := res.Header.Get("X-Tollgate-Session-Id")
+	if res.StatusCode != 200 || !strings.Contains(string(body), "ek_no_id") || !strings.HasPrefix(id, "tgs_") {
+		t.Fatalf("mint: %d %s, session id %q", res.StatusCode, body, id)
+	}
+	if s, _ := in.call(t, "POST", "/v1/realtime/client_secrets", master, secrets, "X-Tollgate-User-Path", "/rt/alice"); s != 429 {
+		t.Fatalf("a second session while the first (with no upstream id) is open: %d, want 429", s)
+	}
+	if s, _ := in.call(t, "POST", "/v1/realtime/sessions/"+id+"/end", master, "", "X-Tollgate-User-Path", "/rt/bob"); s != 404 {
+		t.Fatalf("ended by another caller: %d", s)
+	}
+	if s, _ := in.call(t, "POST", "/v1/realtime/client_secrets", master, secrets, "X-Tollgate-User-Path", "/rt/alice"); s != 429 {
+		t.Fatalf("another caller's end freed the slot: %d", s)
+	}
+	if s, b := in.call(t, "POST", "/v1/realtime/sessions/"+id+"/end", master, "", "X-Tollgate-User-Path", "/rt/alice"); s != 200 {
+		t.Fatalf("end by the gateway's id: %d %s", s, b)
+	}
+	if s, _ := in.call(t, "POST", "/v1/realtime/client_secrets", master, secrets, "X-Tollgate-User-Path", "/rt/alice"); s != 200 {
+		t.Fatalf("after the end the slot is back: %d", s)
 	}
 }

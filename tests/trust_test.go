@@ -285,6 +285,7 @@ func TestWaitAndClamp(t *testing.T) {
 		{Scope: limiter.ScopeUserPath, Subject: "/clamp", Period: time.Minute, MaxTokens: 400},
 	}, func(c *proxy.Config) {
 		c.Classes = map[string]time.Duration{"standard": 5 * time.Second}
+		c.DefaultClass = "standard" // the operator's opt-in: requests naming no class wait too
 		c.ClampFloor = 100
 		c.Sleep = func(_ context.Context, d time.Duration) error { slept = append(slept, d); clock.Add(d); return nil }
 	})

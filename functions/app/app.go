@@ -63,6 +63,11 @@ type App struct {
 	Clock func() time.Time
 
 	closers []func()
+	// keyCache resolves managed keys for the gateway; the admin API drops
+	// what it holds of a key it revokes.
+	keyCache *configstore.KeyCache
+	// batchCursor is where the next look at pending batches starts.
+	batchCursor string
 	// est reads learned estimates for the gateway and the admin API.
 	est *estimates
 	// Metrics receives what the functions decide: EMF lines inside
@@ -133,7 +138,10 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Limiter, err = limiter.New(limiter.Config{Store: a.Store, Rules: rs, LeaseTTL: cfg.Gateway.LeaseTTL})
+	// A budget full of reservations has room again once the reconciler
+	// settled them: one of its intervals after they complete, and a margin.
+	a.Limiter, err = limiter.New(limiter.Config{Store: a.Store, Rules: rs, LeaseTTL: cfg.Gateway.LeaseTTL,
+		SettleWait: cfg.Settings.ReconcileInterval + time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -244,9 +252,9 @@ func (a *App) BuildGateway() error {
 			a.Log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
 		}
 	}
-	if s.MasterKey != "" {
-		pc.Keys = keyResolver{cache: configstore.NewKeyCache(a.ConfigStore, 0), now: a.Clock}
-	}
+	// Managed keys bind their callers in dev mode too.
+	a.keyCache = configstore.NewKeyCache(a.ConfigStore, 0)
+	pc.Keys = keyResolver{cache: a.keyCache, now: a.Clock}
 	if bs, ok := a.ConfigStore.(batchStore); ok {
 		pc.Batches = batchRecorder{store: bs}
 	}
@@ -298,8 +306,13 @@ func (a *App) BuildAdmin() error {
 		Classes:       slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
 		AdaptiveFloor: a.Config.Gateway.AdaptiveFloor,
 		DevMode:       s.MasterKey == "",
-		Logger:        a.Log,
-		Now:           a.Clock,
+		KeyRevoked: func(k configstore.Key) {
+			if a.keyCache != nil {
+				a.keyCache.Forget(k.Hash) // this process's gateway refuses it at once
+			}
+		},
+		Logger: a.Log,
+		Now:    a.Clock,
 	})
 	return err
 }
@@ -324,8 +337,11 @@ type keyResolver struct {
 
 func (k keyResolver) Lookup(ctx context.Context, secret string) (proxy.KeyInfo, error) {
 	key, err := k.cache.Lookup(ctx, secret, k.now())
-	if errors.Is(err, configstore.ErrNotFound) {
+	switch {
+	case errors.Is(err, configstore.ErrNotFound):
 		return proxy.KeyInfo{}, proxy.ErrUnknownKey
+	case errors.Is(err, configstore.ErrKeyNotLive):
+		return proxy.KeyInfo{}, proxy.ErrRevokedKey
 	}
 	return proxy.KeyInfo{ID: key.ID, UserPath: key.UserPath, Tags: key.Tags, Class: key.Class}, err
 }

@@ -60,9 +60,14 @@ func LocalServer(addr string, h http.Handler) *http.Server {
 func (a *App) ServeLocal(ctx context.Context, h http.Handler) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Config.Settings.Port))
 	srv := LocalServer(addr, h)
+	// Bound before it says so: "listening" means a request now connects.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	a.Log.Info("listening", "addr", "http://"+addr)
+	go func() { errc <- srv.Serve(ln) }()
+	a.Log.Info("listening", "addr", "http://"+ln.Addr().String())
 	select {
 	case err := <-errc:
 		return err

@@ -72,7 +72,8 @@ type StoreOptions struct {
 type Shaping struct {
 	// Classes maps a class name to its longest wait (shaping.classes.<name>.max_wait).
 	Classes map[string]time.Duration
-	// DefaultClass is a request's that names none (shaping.default_class).
+	// DefaultClass is the class of a request that names none
+	// (shaping.default_class); "" is none, which waits for nothing.
 	DefaultClass string
 }
 
@@ -131,7 +132,7 @@ func Environ() Env {
 func Load(env Env) (*Config, error) {
 	cfg := &Config{
 		RateLimitsEnabled: true,
-		Shaping:           Shaping{Classes: proxyDefaultClasses(), DefaultClass: "standard"},
+		Shaping:           Shaping{Classes: proxyDefaultClasses()},
 		Gateway: Gateway{
 			DefaultMaxTokens:   1024,
 			MaxBodyBytes:       10 << 20,
@@ -300,17 +301,18 @@ type gatewaySpec struct {
 	DefaultMaxTokens *int64 `yaml:"default_max_tokens"`
 	MaxBodyBytes     *int64 `yaml:"max_body_bytes"`
 	LeaseTTL         string `yaml:"lease_ttl"`
-	// MaxWait is refused with the way to the classes that replaced it.
-	MaxWait         map[string]string `yaml:"max_wait"`
-	ClampFloor      int64             `yaml:"clamp_max_tokens_floor"`
-	MaxOutputTokens *int64            `yaml:"max_output_tokens"`
-	StreamWrite     string            `yaml:"stream_write_timeout"`
-	Completion      string            `yaml:"completion_timeout"`
-	RealtimeSession string            `yaml:"realtime_max_session"`
-	RealtimeTokens  int64             `yaml:"realtime_session_tokens"`
-	Reservation     string            `yaml:"reservation"`
-	AdaptiveFloor   *int64            `yaml:"adaptive_floor"`
-	AdaptiveSamples *int64            `yaml:"adaptive_min_samples"`
+	// MaxWait is refused with the way to the classes that replaced it,
+	// whatever its shape (a duration or a map of routes).
+	MaxWait         yaml.Node `yaml:"max_wait"`
+	ClampFloor      int64     `yaml:"clamp_max_tokens_floor"`
+	MaxOutputTokens *int64    `yaml:"max_output_tokens"`
+	StreamWrite     string    `yaml:"stream_write_timeout"`
+	Completion      string    `yaml:"completion_timeout"`
+	RealtimeSession string    `yaml:"realtime_max_session"`
+	RealtimeTokens  int64     `yaml:"realtime_session_tokens"`
+	Reservation     string    `yaml:"reservation"`
+	AdaptiveFloor   *int64    `yaml:"adaptive_floor"`
+	AdaptiveSamples *int64    `yaml:"adaptive_min_samples"`
 }
 
 // maxRequestTokens bounds every token count in the configuration, as
@@ -410,7 +412,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			}
 			cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
 		}
-		if g.MaxWait != nil {
+		if g.MaxWait.Kind != 0 {
 			errs = append(errs, fmt.Errorf("%s: replaced by traffic classes: shaping.classes.<interactive|standard|batch|background>.max_wait (see README, Traffic classes)", at("gateway", "max_wait")))
 		}
 		switch g.Reservation {

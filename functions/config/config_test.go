@@ -387,6 +387,17 @@ func TestShapingClasses(t *testing.T) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}
 	}
+	// The old scalar form gets the same message, not a YAML type error.
+	_, err = load(t, Env{"TOLLGATE_CONFIG": write("gateway:\n  max_wait: 2s\n")})
+	if err == nil || !strings.Contains(err.Error(), "gateway.max_wait: replaced by traffic classes") || strings.Contains(err.Error(), "unmarshal") {
+		t.Errorf("a scalar max_wait: %v", err)
+	}
+	// With no default_class, a request naming no class has none: it
+	// waits for nothing.
+	cfg, err = load(t, Env{"TOLLGATE_CONFIG": write("shaping:\n  classes:\n    batch: {max_wait: 30s}\n")})
+	if err != nil || cfg.Shaping.DefaultClass != "" {
+		t.Errorf("default class %q, %v; want none", cfg.Shaping.DefaultClass, err)
+	}
 }
 
 func TestFairShareConfig(t *testing.T) {

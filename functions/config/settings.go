@@ -32,7 +32,10 @@ type Settings struct {
 	// (TOLLGATE_CREATE_TABLES=true); ignored inside Lambda.
 	CreateTables bool
 	// ReconcileInterval is the period of the in-process reconciler of a
-	// local process (TOLLGATE_RECONCILE_INTERVAL, default 5s).
+	// local process, and the reconciler's schedule inside Lambda (where
+	// template.yaml sets it to its rate): how soon a budget's
+	// reservations settle, which a refusal for reservations tells the
+	// client (TOLLGATE_RECONCILE_INTERVAL, default 5s).
 	ReconcileInterval time.Duration
 	// MockLatency delays each answer of the mock provider (MOCK_LATENCY_MS).
 	MockLatency time.Duration

@@ -70,6 +70,9 @@ func (k Key) Live(now time.Time) bool {
 // Errors.
 var (
 	ErrNotFound = errors.New("not found")
+	// ErrKeyNotLive is a managed key that exists but is revoked or
+	// expired: never taken for an unknown bearer.
+	ErrKeyNotLive = errors.New("key revoked or expired")
 	ErrExists   = errors.New("already exists")
 )
 

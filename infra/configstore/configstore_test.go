@@ -3,6 +3,8 @@ package configstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +23,12 @@ type store interface {
 	Keys(ctx context.Context) ([]configstore.Key, error)
 	RevokeKey(ctx context.Context, id string) (configstore.Key, error)
 	configstore.Layouts
+	PutBatch(ctx context.Context, b configstore.Batch) error
+	PendingBatches(ctx context.Context, cursor string, limit int) ([]configstore.Batch, string, error)
+	FailBatch(ctx context.Context, b configstore.Batch, next time.Time) error
+	FinishBatch(ctx context.Context, b configstore.Batch) error
+	PutSession(ctx context.Context, s configstore.Session) error
+	TakeSession(ctx context.Context, id, within string) (configstore.Session, error)
 }
 
 // The same behaviour from both stores.
@@ -40,6 +48,72 @@ func rule(subject string, period time.Duration, max int64) configstore.Rule {
 
 func suite(t *testing.T, open func(t *testing.T) store) {
 	ctx := context.Background()
+	t.Run("BatchesPage", func(t *testing.T) {
+		s := open(t)
+		t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+		for i := range 7 {
+			if err := s.PutBatch(ctx, configstore.Batch{Provider: "openai", ID: fmt.Sprintf("b%d", 6-i), UserPath: "/t", SubmittedAt: t0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ids []string
+		cursor, pages := "", 0
+		for {
+			page, next, err := s.PendingBatches(ctx, cursor, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			for _, b := range page {
+				ids = append(ids, b.ID)
+			}
+			if cursor = next; next == "" || pages > 5 {
+				break
+			}
+		}
+		if strings.Join(ids, ",") != "b0,b1,b2,b3,b4,b5,b6" || pages != 3 {
+			t.Fatalf("paged %v in %d pages, want b0…b6 in provider/id order in 3", ids, pages)
+		}
+		b := configstore.Batch{Provider: "openai", ID: "b3"}
+		next := t0.Add(time.Minute)
+		for range 2 {
+			if err := s.FailBatch(ctx, b, next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, _, _ := s.PendingBatches(ctx, "openai/b2", 1)
+		if len(page) != 1 || page[0].ID != "b3" || page[0].Failures != 2 || !page[0].NextPoll.Equal(next) {
+			t.Fatalf("after two failed polls: %+v", page)
+		}
+		if err := s.FinishBatch(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.FailBatch(ctx, b, next); err != nil {
+			t.Fatalf("failing a finished batch: %v", err)
+		}
+		if page, _, _ := s.PendingBatches(ctx, "openai/b2", 1); len(page) != 1 || page[0].ID != "b4" {
+			t.Fatalf("a finished batch is still pending (or came back): %+v", page)
+		}
+	})
+	t.Run("SessionsTakenByTheirCallerOnly", func(t *testing.T) {
+		s := open(t)
+		lease := limiter.Lease{ID: "l1", ExpiresAt: time.Now().Add(time.Hour)}
+		if err := s.PutSession(ctx, configstore.Session{Provider: "openai", ID: "sess_1", UserPath: "/Team/Alice", Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range []string{"/team/bob", "/team/alice-2", "/team/alice/app"} {
+			if _, err := s.TakeSession(ctx, "sess_1", other); !errors.Is(err, configstore.ErrNotFound) {
+				t.Fatalf("taken by %s: %v", other, err)
+			}
+		}
+		got, err := s.TakeSession(ctx, "sess_1", "/team")
+		if err != nil || got.Lease.ID != "l1" || got.UserPath != "/Team/Alice" {
+			t.Fatalf("taken by a caller above it (case folded): %+v %v", got, err)
+		}
+		if _, err := s.TakeSession(ctx, "sess_1", "/"); !errors.Is(err, configstore.ErrNotFound) {
+			t.Fatalf("taken twice: %v", err)
+		}
+	})
 	t.Run("Layouts", func(t *testing.T) {
 		s := open(t)
 		k := limiter.MakeRuleKey(limiter.ScopeProvider, "hot", time.Minute)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,6 +37,7 @@ func (d *Dynamo) PutSession(ctx context.Context, s Session) error {
 	}
 	item := key(pkSession, s.ID)
 	item["user_path"] = sv(s.UserPath)
+	item["path_key"] = sv(strings.ToLower(s.UserPath)) // what TakeSession's condition compares
 	item["provider"] = sv(s.Provider)
 	item["lease"] = sv(string(lease))
 	item["ttl"] = nv(s.Lease.ExpiresAt.Add(time.Hour).Unix())
@@ -43,15 +45,32 @@ func (d *Dynamo) PutSession(ctx context.Context, s Session) error {
 	return awserr.Classify("put session", err)
 }
 
-// TakeSession removes a session and returns it, once: of two concurrent
-// takes one gets ErrNotFound.
-func (d *Dynamo) TakeSession(ctx context.Context, id string) (Session, error) {
-	out, err := d.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:    aws.String(d.table),
-		Key:          key(pkSession, id),
-		ReturnValues: types.ReturnValueAllOld,
-	})
-	if err != nil {
+// TakeSession removes a session held by a caller at or below within and
+// returns it, once: of two concurrent takes one gets ErrNotFound. A session
+// another caller holds is ErrNotFound too, and is left as it was: one
+// conditional delete, on the session's user path (case folded) being
+// within or below it.
+func (d *Dynamo) TakeSession(ctx context.Context, id, within string) (Session, error) {
+	in := &dynamodb.DeleteItemInput{
+		TableName:                aws.String(d.table),
+		Key:                      key(pkSession, id),
+		ConditionExpression:      aws.String("attribute_exists(pk)"),
+		ExpressionAttributeNames: map[string]string{},
+		ReturnValues:             types.ReturnValueAllOld,
+	}
+	if within != "/" {
+		lc := strings.ToLower(within)
+		in.ConditionExpression = aws.String("#p = :p OR begins_with(#p, :below)")
+		in.ExpressionAttributeNames["#p"] = "path_key"
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":p": sv(lc), ":below": sv(lc + "/")}
+	} else {
+		in.ExpressionAttributeNames = nil
+	}
+	out, err := d.api.DeleteItem(ctx, in)
+	switch {
+	case awserr.IsConditionFailed(err):
+		return Session{}, ErrNotFound
+	case err != nil:
 		return Session{}, awserr.Classify("take session", err)
 	}
 	if len(out.Attributes) == 0 {
@@ -75,12 +94,13 @@ func (m *Memory) PutSession(_ context.Context, s Session) error {
 	return nil
 }
 
-// TakeSession removes a session and returns it, once.
-func (m *Memory) TakeSession(_ context.Context, id string) (Session, error) {
+// TakeSession removes a session held by a caller at or below within and
+// returns it, once; another caller's is left as it was.
+func (m *Memory) TakeSession(_ context.Context, id, within string) (Session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.sessions[id]
-	if !ok {
+	if !ok || !limiter.PathWithin(s.UserPath, within) {
 		return Session{}, ErrNotFound
 	}
 	delete(m.sessions, id)

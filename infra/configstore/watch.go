@@ -292,7 +292,12 @@ func NewKeyCache(src Source, ttl time.Duration) *KeyCache {
 	return &KeyCache{src: src, ttl: ttl, m: lru.New[string, cached](maxKeyEntries)}
 }
 
-// Lookup returns the live key with this secret at now, or ErrNotFound.
+// Forget drops what the cache holds of the key with this hash, so that a
+// key revoked by this process is refused by it at once.
+func (c *KeyCache) Forget(hash string) { c.m.Delete(hash) }
+
+// Lookup returns the live key with this secret at now: ErrNotFound when
+// there is none, ErrKeyNotLive when it is revoked or expired.
 func (c *KeyCache) Lookup(ctx context.Context, secret string, now time.Time) (Key, error) {
 	h := Hash(secret)
 	e, ok := c.m.Get(h)
@@ -308,7 +313,7 @@ func (c *KeyCache) Lookup(ctx context.Context, secret string, now time.Time) (Ke
 		return Key{}, e.err
 	}
 	if !e.key.Live(now) {
-		return Key{}, ErrNotFound
+		return Key{}, ErrKeyNotLive
 	}
 	return e.key, nil
 }

@@ -92,8 +92,8 @@ func (s *Store) prevs(ctx context.Context, now time.Time, charges []limiter.Char
 
 // rejectCache remembers window counters that refused, for RejectCacheTTL.
 type rejectEntry struct {
-	prev, cur int64
-	at        time.Time
+	prev, cur, reserved int64
+	at                  time.Time
 }
 
 type rejectCache struct {
@@ -126,7 +126,7 @@ func (rc rejectCache) check(now time.Time, ttl time.Duration, charges []limiter.
 		if states == nil {
 			states = make([]limiter.State, len(charges))
 		}
-		states[i] = limiter.State{Prev: e.prev, Cur: e.cur, Refused: true}
+		states[i] = limiter.State{Prev: e.prev, Cur: e.cur, Reserved: e.reserved, Refused: true}
 	}
 	if states == nil {
 		return limiter.Outcome{}, false
@@ -140,7 +140,7 @@ func (rc rejectCache) remember(now time.Time, ttl time.Duration, charges []limit
 	}
 	for i, st := range states {
 		if st.Refused && charges[i].Period != limiter.Concurrent {
-			rc.c.Put(keys[i], rejectEntry{prev: st.Prev, cur: st.Cur, at: now})
+			rc.c.Put(keys[i], rejectEntry{prev: st.Prev, cur: st.Cur, reserved: st.Reserved, at: now})
 		}
 	}
 }

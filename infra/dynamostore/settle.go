@@ -26,7 +26,7 @@ const maxTransactItems = 100
 func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (int, error) {
 	todo := make([]settlement, 0, len(settlements))
 	seen := map[string]bool{}
-	for _, st := range settlements {
+	for i, st := range settlements {
 		id := st.Lease.ID
 		if seen[id] {
 			continue
@@ -35,11 +35,14 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 		if !limiter.NeedsSettling(st) {
 			continue // nothing to change, nothing to guard
 		}
-		todo = append(todo, settlement{st: st, corrections: limiter.Corrections(st), released: limiter.Released(st)})
+		todo = append(todo, settlement{st: st, at: i, corrections: limiter.Corrections(st), released: limiter.Released(st)})
 	}
 	var errs []error
 	applied := 0
-	floors := map[string]bool{} // counters a refund must not take below zero
+	// floors holds, for counters a summed refund would have taken below
+	// zero, what they held when read: the refund takes them to zero at
+	// most (as the embedded store does).
+	floors := map[string]int64{}
 	// sides guesses, for a bucket an overshoot lands on, whether it is
 	// full (its arrival time before the overshoot's floor) or refilling.
 	sides := map[string]bool{}
@@ -55,6 +58,9 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 			switch {
 			case err == nil:
 				applied += len(chunk)
+				for _, t := range chunk {
+					settlements[t.at].Applied = true
+				}
 			case markerRace(err, len(chunk)):
 				// Another reconciler settled some of these meanwhile: look
 				// again at which are left.
@@ -62,14 +68,17 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 			case floorFailed(err, len(chunk)):
 				// A refund would take a counter below zero (it cannot, by
 				// construction, unless the counter was changed by hand):
-				// settle the chunk without refunding those counters.
+				// settle the chunk refunding those counters to zero only.
+				var low []string
 				for _, k := range failedCounters(err, len(chunk), counters) {
 					if full, bucket := sides[k]; bucket {
 						sides[k] = !full // the other side of the bucket's max
 						continue
 					}
-					s.log.Error("a settlement refund would take a counter below zero; refunding it to zero only", "counter", k)
-					floors[k] = true
+					low = append(low, k)
+				}
+				if err := s.readFloors(ctx, low, floors); err != nil {
+					return applied, err
 				}
 				retry = append(retry, chunk...)
 			default:
@@ -86,6 +95,7 @@ func (s *Store) Settle(ctx context.Context, settlements []limiter.Settlement) (i
 
 type settlement struct {
 	st          limiter.Settlement
+	at          int // its index among Settle's settlements
 	corrections []int64
 	released    []int64 // a budget's reservation turned into spending
 }
@@ -107,6 +117,23 @@ func (s *Store) unsettled(ctx context.Context, todo []settlement) ([]settlement,
 		_, done := got[settledKey(t.st.Lease.ID)]
 		return done
 	}), nil
+}
+
+// readFloors reads what the counters keys hold into floors.
+func (s *Store) readFloors(ctx context.Context, keys []string, floors map[string]int64) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	got, err := s.getItems(ctx, s.tables.Counters, keys, attrPK, attrN)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		v, _ := number(got[k], attrN)
+		s.log.Error("a settlement refund would take a counter below zero; refunding it to zero only", "counter", k, "holds", v)
+		floors[k] = max(v, 0)
+	}
+	return nil
 }
 
 // chunkSettlements groups settlements so that each group's markers plus
@@ -142,11 +169,11 @@ func chunkSettlements(todo []settlement) [][]settlement {
 // settleItems builds one transaction: a marker per lease and one summed
 // ADD per counter, the counter keys of which it returns in their order
 // after the markers. A refund is conditioned on leaving the counter at or
-// above zero; for counters in floors, refunds are skipped. An overshoot on
+// above zero; for counters in floors, it refunds at most what they held. An overshoot on
 // a token bucket moves it to max(value, floor) + overshoot, floor being
 // the latest admission among the leases: one of two conditional updates,
 // as in addBucket, the side guessed in sides.
-func (s *Store) settleItems(chunk []settlement, floors, sides map[string]bool) ([]types.TransactWriteItem, []string) {
+func (s *Store) settleItems(chunk []settlement, floors map[string]int64, sides map[string]bool) ([]types.TransactWriteItem, []string) {
 	var items []types.TransactWriteItem
 	sums := map[string]int64{}
 	releases := map[string]int64{}
@@ -182,8 +209,8 @@ func (s *Store) settleItems(chunk []settlement, floors, sides map[string]bool) (
 	var counters []string
 	for _, k := range order {
 		d, rel := sums[k], releases[k]
-		if d < 0 && floors[k] {
-			d = 0
+		if floor, low := floors[k]; low && d < 0 {
+			d = max(d, -floor)
 		}
 		if d == 0 && rel == 0 {
 			continue

@@ -295,11 +295,14 @@ const (
 )
 
 type addResult struct {
-	cur     int64
-	refused bool
-	absent  bool // refused, and the counter does not exist
-	applied applied
-	err     error
+	cur int64
+	// reserved is a budget counter's reservations (attribute r) as the
+	// write found or left them.
+	reserved int64
+	refused  bool
+	absent   bool // refused, and the counter does not exist
+	applied  applied
+	err      error
 }
 
 // fullGauge is a gauge that refused, with the slots it holds, for the
@@ -336,7 +339,7 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	var failure error
 	var full []fullGauge
 	for i, r := range res {
-		states[i] = limiter.State{Prev: prevs[i], Cur: r.cur, Refused: r.refused}
+		states[i] = limiter.State{Prev: prevs[i], Cur: r.cur, Reserved: r.reserved, Refused: r.refused}
 		switch {
 		case r.err != nil:
 			failure = errors.Join(failure, r.err)
@@ -388,6 +391,9 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	for i, r := range res {
 		if r.applied == wasApplied && r.err == nil && !r.refused {
 			states[i].Cur -= charges[i].Amount
+			if charges[i].Counter.Kind == limiter.KindCost {
+				states[i].Reserved -= charges[i].Amount
+			}
 		}
 	}
 	if failure != nil {
@@ -447,13 +453,15 @@ func (s *Store) conditionalAdd(ctx context.Context, key string, in *dynamodb.Upd
 	case err == nil:
 		s.accountOut(out.ConsumedCapacity)
 		cur, derr := number(out.Attributes, attrN)
-		return addResult{cur: cur, applied: wasApplied, err: derr}
+		reserved, rerr := number(out.Attributes, attrReserved)
+		return addResult{cur: cur, reserved: reserved, applied: wasApplied, err: errors.Join(derr, rerr)}
 	case awserr.IsConditionFailed(err):
 		var ccf *types.ConditionalCheckFailedException
 		errors.As(err, &ccf)
 		cur, derr := number(ccf.Item, attrN)
+		reserved, rerr := number(ccf.Item, attrReserved)
 		_, exists := ccf.Item[attrN]
-		return addResult{cur: cur, refused: true, absent: !exists, err: derr}
+		return addResult{cur: cur, reserved: reserved, refused: true, absent: !exists, err: errors.Join(derr, rerr)}
 	case awserr.NotApplied(err):
 		return addResult{err: awserr.Classify("charge "+key, err)}
 	}

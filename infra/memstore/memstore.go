@@ -167,22 +167,35 @@ func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	applied := 0
-	for _, st := range settlements {
+	// As the DynamoDB store does: a window's corrections are summed over
+	// the call and applied once, a refund taking the counter to zero at
+	// most (it cannot take more, by construction, unless a counter was
+	// changed by hand).
+	sums := map[limiter.Counter]int64{}
+	charges := map[limiter.Counter]*limiter.Charge{}
+	var order []limiter.Counter
+	for n, st := range settlements {
 		id := st.Lease.ID
 		if _, done := s.settled[id]; done || !limiter.NeedsSettling(st) {
 			continue
 		}
+		settlements[n].Applied = true
 		released := limiter.Released(st)
 		for i, d := range limiter.Corrections(st) {
 			c := &st.Lease.Charges[i]
-			if d > 0 && c.Shape == limiter.ShapeBucket {
+			switch {
+			case d > 0 && c.Shape == limiter.ShapeBucket:
 				// An overshoot on a bucket: max(value, floor) + overshoot.
 				if cur := s.counters[c.Counter].n; cur < c.Floor {
 					s.add(c, c.Floor-cur)
 				}
-			}
-			if d != 0 {
 				s.add(c, d)
+			case d != 0:
+				if _, ok := charges[c.Counter]; !ok {
+					charges[c.Counter] = c
+					order = append(order, c.Counter)
+				}
+				sums[c.Counter] = limiter.SatAdd(sums[c.Counter], d)
 			}
 			if released[i] != 0 {
 				s.reserve(c, -released[i])
@@ -190,6 +203,11 @@ func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int
 		}
 		s.settled[id] = maxTime(st.Lease.ExpiresAt, st.Lease.AdmittedAt)
 		applied++
+	}
+	for _, k := range order {
+		if d := sums[k]; d != 0 {
+			s.add(charges[k], d) // never below zero
+		}
 	}
 	return applied, nil
 }

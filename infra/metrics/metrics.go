@@ -28,6 +28,7 @@ const (
 	EstimateError       = "EstimateError"       // used over reserved tokens, by Route, per reconciler run
 	ReconcilerLag       = "ReconcilerLag"       // milliseconds behind the newest record read
 	ReconcilerRecords   = "ReconcilerRecords"   // records read by a run
+	BatchesGivenUp      = "BatchesGivenUp"      // batches given up uncharged (polls failing too long, never ending)
 )
 
 // Sink receives measurements. Dimensions are name, value pairs.

@@ -162,4 +162,10 @@ func TestPrometheusOutputParses(t *testing.T) {
 	if families["tollgate_admitted_total"].GetMetric()[0].GetLabel()[0].GetName() == "" {
 		t.Fatal("no labels")
 	}
+	// What alarms watch is there before its first event, at 0.
+	for _, name := range []string{"tollgate_store_failures_total", "tollgate_fail_open_admissions_total", "tollgate_batches_given_up_total"} {
+		if f := families[name]; f == nil || f.GetMetric()[0].GetCounter().GetValue() != 0 {
+			t.Errorf("%s: %v, want 0 from the start", name, f)
+		}
+	}
 }

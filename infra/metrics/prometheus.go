@@ -20,9 +20,19 @@ type Prometheus struct {
 	histograms map[string]*prometheus.HistogramVec
 }
 
-// NewPrometheus returns an empty Prometheus sink.
+// alarmed are the counters alarms watch: they exist, at 0, from the
+// start, so that "no failures yet" reads as 0 and a rate over them is
+// defined, not absent until the first event.
+var alarmed = []string{StoreFailures, FailOpenAdmissions, BatchesGivenUp}
+
+// NewPrometheus returns a Prometheus sink holding the alarmed counters at
+// 0 and nothing else.
 func NewPrometheus() *Prometheus {
-	return &Prometheus{reg: prometheus.NewRegistry(), counters: map[string]*prometheus.CounterVec{}, histograms: map[string]*prometheus.HistogramVec{}}
+	p := &Prometheus{reg: prometheus.NewRegistry(), counters: map[string]*prometheus.CounterVec{}, histograms: map[string]*prometheus.HistogramVec{}}
+	for _, name := range alarmed {
+		p.Count(name, 0)
+	}
+	return p
 }
 
 // Handler serves the metrics in the Prometheus text format.
@@ -111,4 +121,5 @@ var help = map[string]string{
 	EstimateError:       "Used over reserved tokens per reconciler run, by route.",
 	ReconcilerLag:       "How far behind the newest record a reconciler run was.",
 	ReconcilerRecords:   "Records read per reconciler run.",
+	BatchesGivenUp:      "Batches given up uncharged: their polls kept failing, or they never ended.",
 }

@@ -10,6 +10,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,7 +103,9 @@ type Config struct {
 	// OnRun, when set, is given each run's report (for metrics).
 	OnRun func(Report)
 	// Learn, when set, is given what the completed requests of each batch
-	// used (exact counts only), for reservations that learn.
+	// used (exact counts only), for reservations that learn: those settled
+	// by this call, so each request is learned from once however often its
+	// change is read.
 	Learn func(ctx context.Context, obs []Observation)
 	// Margin is how long before its context's deadline a run stops taking
 	// new batches, to commit and return cleanly. Default 5 s; a run whose
@@ -306,8 +309,6 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 			e.Used += c.Used.Total()
 			if !c.Used.Exact {
 				e.Inexact++
-			} else if rc.cfg.Learn != nil && c.Lease.Reserved.OutputTokens > 0 {
-				obs = append(obs, Observation{Route: route, Model: c.Lease.Model, Key: c.Lease.Key, OutputTokens: c.Used.OutputTokens})
 			}
 		case Expired:
 			rep.Expired++
@@ -321,12 +322,14 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 	if !newest.IsZero() {
 		rep.Lag = rc.cfg.Now().Sub(newest)
 	}
-	if len(obs) > 0 {
-		rc.cfg.Learn(ctx, obs)
-	}
 	if len(settlements) > 0 {
 		n, err := rc.cfg.Store.Settle(ctx, settlements)
 		rep.Settled = n
+		// Learn from what was settled now, whatever else failed: a batch
+		// read again is settled (and learned from) once.
+		if obs = observations(settlements); len(obs) > 0 && rc.cfg.Learn != nil {
+			rc.cfg.Learn(ctx, obs)
+		}
 		if err != nil {
 			return rep, fmt.Errorf("settle: %w", err)
 		}
@@ -340,6 +343,19 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 		}
 	}
 	return rep, nil
+}
+
+// observations are what the settlements applied now used, for
+// reservations that learn: exact counts of requests that reserved output.
+func observations(ss []limiter.Settlement) []Observation {
+	var obs []Observation
+	for _, s := range ss {
+		if !s.Applied || !s.Used.Exact || s.Lease.Reserved.OutputTokens <= 0 {
+			continue
+		}
+		obs = append(obs, Observation{Route: cmp.Or(s.Lease.Route, "unknown"), Model: s.Lease.Model, Key: s.Lease.Key, OutputTokens: s.Used.OutputTokens})
+	}
+	return obs
 }
 
 func holdsSlots(l *limiter.Lease) bool {

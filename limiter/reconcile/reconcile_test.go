@@ -157,3 +157,23 @@ func TestShortBudgetStillReads(t *testing.T) {
 		t.Fatalf("run with a 5 s budget: %+v, committed %d; want both batches settled", rep, src.committed)
 	}
 }
+
+// Reservations that learn learn from what was settled now: a batch read
+// again after its checkpoint failed is settled once, and learned from
+// once.
+func TestLearnsOnlyWhatItSettled(t *testing.T) {
+	src := &sliceSource{batches: [][]reconcile.Change{{completed("1", 100, 80), completed("2", 100, 60)}}}
+	var learned []reconcile.Observation
+	rc, _ := reconcile.New(reconcile.Config{Source: src, Store: memstore.New(), Now: func() time.Time { return t0 },
+		Learn: func(_ context.Context, obs []reconcile.Observation) { learned = append(learned, obs...) }})
+	src.failNext = true
+	if _, err := rc.Run(context.Background()); err == nil {
+		t.Fatal("a failed commit must fail the run")
+	}
+	if _, err := rc.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(learned) != 2 || learned[0].OutputTokens+learned[1].OutputTokens != 140 {
+		t.Fatalf("learned %+v from a batch read twice, want each of its two requests once", learned)
+	}
+}

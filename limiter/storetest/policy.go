@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,10 +58,12 @@ func budgetRule() limiter.Rule {
 	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: 10_000, Calendar: limiter.CalendarDay}
 }
 
-// A $0.01 daily budget admits three requests reserving $0.003 each and
-// refuses the fourth until midnight; settling the three to what they used
-// ($0.0015 each) makes room for more. What is reserved and what is spent
-// are read apart.
+// A $0.01 daily budget admits three requests reserving $0.003 each. The
+// fourth is refused for what is reserved, not spent: a retryable wait
+// until the reservations are expected settled (limiter.DefaultSettleWait),
+// after which, once settlement turned them into what they cost, a retry
+// is admitted. When spent money leaves no room, the refusal is for the
+// rest of the period. What is reserved and what is spent are read apart.
 func testBudgetReservesAndSettles(t *testing.T, open Opener) {
 	s := open()
 	l := newLimiter(t, s, budgetRule())
@@ -80,8 +83,12 @@ func testBudgetReservesAndSettles(t *testing.T, open Opener) {
 	if d.Allowed || !d.Refused.IsBudget() {
 		t.Fatalf("fourth request: %+v, want a budget refusal", d)
 	}
-	if want := 14 * time.Hour; d.Refused.RetryAfter != want || !d.Refused.Retryable {
-		t.Fatalf("budget refusal waits %v (retryable %v), want %v: until midnight", d.Refused.RetryAfter, d.Refused.Retryable, want)
+	if r := d.Refused; !r.ReservedOnly || !r.Retryable || r.RetryAfter != limiter.DefaultSettleWait || r.Spent != 0 || r.Reserved != 9_000 {
+		t.Fatalf("refused while only reserved: %+v, want a retryable wait of %v with $0 spent and $0.009 reserved",
+			r, limiter.DefaultSettleWait)
+	}
+	if msg := d.Refused.Message(); !strings.Contains(msg, "reserved, not spent") || !strings.Contains(msg, "$0.00 spent and $0.009 reserved") {
+		t.Fatalf("message %q does not give both amounts", msg)
 	}
 	u := usageOf(t, l, now)
 	if u.Used != 9_000 || u.Reserved != 9_000 {
@@ -106,8 +113,25 @@ func testBudgetReservesAndSettles(t *testing.T, open Opener) {
 	if u.Used != 3*1_250 || u.Reserved != 0 || u.Remaining != 10_000-3*1_250 {
 		t.Fatalf("after settlement used %d reserved %d remaining %d, want 3750, 0 and 6250", u.Used, u.Reserved, u.Remaining)
 	}
-	if d := admit(t, l, now, 100, 100, budgetPrice); !d.Allowed {
-		t.Fatalf("after settlement refused: %s", d.Refused.Message())
+	// The retry, at its Retry-After, is admitted.
+	retry := now.Add(d.Refused.RetryAfter)
+	d2 := admit(t, l, retry, 100, 100, budgetPrice)
+	if !d2.Allowed {
+		t.Fatalf("the retry at Retry-After was refused: %s", d2.Refused.Message())
+	}
+	// Spend what is left: a bill of $0.00625 settles at once, so the
+	// budget is all spent but the retry's $0.003 reservation.
+	if _, err := l.Bill(context.Background(), retry, t.Name()+"-bill", limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
+		limiter.Usage{OutputTokens: 313}, budgetPrice); err != nil {
+		t.Fatal(err)
+	}
+	d3 := admit(t, l, retry, 100, 100, budgetPrice)
+	if d3.Allowed || !d3.Refused.IsBudget() {
+		t.Fatalf("a spent budget admitted: %+v", d3)
+	}
+	if r := d3.Refused; r.ReservedOnly || !r.Retryable || r.RetryAfter != 14*time.Hour-d.Refused.RetryAfter || r.Spent != 3*1_250+6_260 || r.Reserved != 3_000 {
+		t.Fatalf("refused with money spent: %+v, want the rest of the day (%v) with $0.01001 spent and $0.003 reserved",
+			r, 14*time.Hour-d.Refused.RetryAfter)
 	}
 	// The next day is a new period.
 	if d := admit(t, l, T0.Add(24*time.Hour), 100, 100, budgetPrice); !d.Allowed || d.Budget.Remaining != 7_000 {

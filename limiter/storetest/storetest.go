@@ -574,6 +574,21 @@ func testCountersNeverBelowZero(t *testing.T, open Opener) {
 	if st := read(t, s, now, tok); st[0].Cur != 0 {
 		t.Fatalf("token window at %d after a full refund, want 0", st[0].Cur)
 	}
+	// Refunds worth more than the counter holds (a lease it never charged,
+	// as a counter changed by hand would leave) take it to zero, not
+	// below, and every settlement is applied: both stores agree.
+	a := newLease(now, time.Hour, tok)
+	a.Reserved = limiter.Usage{InputTokens: 50}
+	charge(t, s, now, a, tok)
+	ghost := newLease(now, time.Hour, tok)
+	ghost.Reserved = limiter.Usage{InputTokens: 50}
+	n, err := s.Settle(ctx, []limiter.Settlement{{Lease: a, Used: limiter.Usage{Exact: true}}, {Lease: ghost, Used: limiter.Usage{Exact: true}}})
+	if err != nil || n != 2 {
+		t.Fatalf("settled %d of 2 refunds past zero: %v", n, err)
+	}
+	if st := read(t, s, now, tok); st[0].Cur != 0 {
+		t.Fatalf("token window at %d after refunds worth more than it held, want 0", st[0].Cur)
+	}
 }
 
 // testHammerAdmitComplete admits and completes on a small gauge from many

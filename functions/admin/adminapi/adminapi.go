@@ -65,8 +65,12 @@ type Config struct {
 	Providers []Provider
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// KeyRevoked, when set, is told of each key revoked, so that this
+	// process's gateway refuses it at once (others within their key
+	// cache's bound).
+	KeyRevoked func(configstore.Key)
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Handler serves the admin API.

@@ -1,9 +1,12 @@
 package adminapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/infra/configstore"
@@ -12,13 +15,19 @@ import (
 
 // Rate limits and budgets are managed alike, through the same calls:
 //
-//	POST   /admin/<collection>            create (409 if it exists)
-//	PUT    /admin/<collection>[/{id}]     replace: "version" required (428 without), 409 if stale;
+//	PUT    /admin/<collection>[/{id}]     create or update, as seed 000 documents it: an
+//	                                      update of the limits alone keeps the counters;
 //	                                      in the collection, "from" moves a rule
+//	POST   /admin/<collection>            create (409 if it exists)
 //	PATCH  /admin/<collection>/{id}       change only the fields sent
-//	GET    /admin/<collection>/{id}       one, with its live usage
-//	DELETE /admin/<collection>[/{id}]     delete ("version" optional)
-//	POST   /admin/<collection>/reset-one  new counters for one ({"id": …})
+//	GET    /admin/<collection>/{id}       one, with its live usage (ETag: its version)
+//	DELETE /admin/<collection>[/{id}]     delete (the collection takes the seed's JSON body)
+//	POST   /admin/<collection>/reset-one  new counters for one ({scope, subject, period})
+//
+// Any write is conditional when it carries a version ("version" in the
+// body, or If-Match): a version that is not the current one is 409 with
+// the current rule, so no careful writer loses an update. A PUT without
+// one is the seed's last writer wins.
 //
 // {id} is the rule's canonical id (limiter.Rule.ID), as headers, logs and
 // /v1/usage name it; the collection's calls may name a rule by its fields
@@ -157,25 +166,71 @@ func (h *Handler) replace(w http.ResponseWriter, r *http.Request, k *kind, byURL
 	if f := in.from(); f != nil {
 		from = f.rule("from.", &errs, k.budget).Key()
 	}
-	if in.version() < 0 {
-		errs = append(errs, fieldError{Field: "version", Message: "must not be negative"})
-	}
-	errs = withProblems(errs, rule)
-	if in.version() == 0 {
-		extra := map[string]any{}
-		if len(errs) > 0 {
-			extra["fields"] = errs
-		}
-		writeError(w, http.StatusPreconditionRequired, "precondition_required",
-			fmt.Sprintf("PUT replaces a %s: send the version you read (GET %s/%s), POST %s to create one, or PATCH to change only some fields",
-				k.what, k.collection, rule.ID(), k.collection), extra)
-		return
-	}
+	version, verrs := writeVersion(r, in.version())
+	errs = withProblems(append(errs, verrs...), rule)
 	if len(errs) > 0 {
 		invalid(w, errs)
 		return
 	}
-	h.save(w, r, k, rule, from, in.version())
+	if version != 0 {
+		h.save(w, r, k, rule, from, version)
+		return
+	}
+	h.upsert(w, r, k, rule, from)
+}
+
+// upsert creates rule, or updates (or, with from, moves) the one there
+// is, whatever its version: the seed's PUT. A write that loses a race to
+// another is made again on what won, so the last writer wins.
+func (h *Handler) upsert(w http.ResponseWriter, r *http.Request, k *kind, rule limiter.Rule, from limiter.RuleKey) {
+	if h.readOnlyAny(w, k, rule.Key(), from) {
+		return
+	}
+	at := cmp.Or(from, rule.Key())
+	var saved configstore.Rule
+	var err error
+	var version int64
+	for range 4 {
+		cur, ok := h.current(w, r, at)
+		if !ok {
+			return
+		}
+		switch {
+		case cur != nil:
+			version = cur.Version
+		case from != "":
+			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", k.what, from), nil)
+			return
+		default:
+			version = 0
+		}
+		saved, err = h.put(r, rule, from, version)
+		var conflict *configstore.ConflictError
+		if !errors.As(err, &conflict) {
+			break
+		}
+	}
+	h.answerSave(w, r, k, rule, from, version, saved, err)
+}
+
+// writeVersion is the version a write is conditional on: the body's, or
+// If-Match's (a number, quoted or not, as ETag writes it); 0 for none.
+func writeVersion(r *http.Request, body int64) (int64, []fieldError) {
+	if body < 0 {
+		return 0, []fieldError{{Field: "version", Message: "must not be negative"}}
+	}
+	m := strings.TrimPrefix(strings.TrimSpace(r.Header.Get("If-Match")), "W/")
+	if m == "" || m == "*" {
+		return body, nil
+	}
+	v, err := strconv.ParseInt(strings.Trim(m, `"`), 10, 64)
+	switch {
+	case err != nil || v < 1:
+		return 0, []fieldError{{Field: "If-Match", Message: fmt.Sprintf("%q is not a version (the ETag of GET)", m)}}
+	case body != 0 && body != v:
+		return 0, []fieldError{{Field: "version", Message: fmt.Sprintf("%d, but If-Match says %d", body, v)}}
+	}
+	return v, nil
 }
 
 func (h *Handler) patch(w http.ResponseWriter, r *http.Request, k *kind) {
@@ -204,8 +259,10 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request, k *kind) {
 		errs = append(errs, fieldError{Field: "id", Message: "PATCH changes a " + k.what + "'s limits; to move it, PUT to " + k.collection + ` with "from"`})
 		*in.names() = identity{}
 	}
-	if in.version() == 0 {
-		in.setVersion(cur.Version) // conditional on what was read
+	version, verrs := writeVersion(r, in.version())
+	errs = append(errs, verrs...)
+	if version == 0 {
+		version = cur.Version // conditional on what was read
 	}
 	identityOnly := *base
 	identityOnly.Subject = cur.Subject // the spelling it was created with
@@ -214,7 +271,7 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request, k *kind) {
 		invalid(w, errs)
 		return
 	}
-	h.save(w, r, k, rule, key, in.version())
+	h.save(w, r, k, rule, key, version)
 }
 
 func (h *Handler) getOne(w http.ResponseWriter, r *http.Request, k *kind) {
@@ -242,36 +299,50 @@ func (h *Handler) getOne(w http.ResponseWriter, r *http.Request, k *kind) {
 		h.storeFailed(w, err)
 		return
 	}
+	if found.Version > 0 {
+		w.Header().Set("ETag", etag(found.Version))
+	}
 	writeJSON(w, http.StatusOK, k.viewWithUsage(found.Rule, found.Version, found.UpdatedAt, u))
 }
 
 // save writes a checked rule, moved from the key from if that is set, at
 // version (0: create), and answers with what was saved.
 func (h *Handler) save(w http.ResponseWriter, r *http.Request, k *kind, rule limiter.Rule, from limiter.RuleKey, version int64) {
-	key := rule.Key()
-	for _, c := range []limiter.RuleKey{key, from} {
-		if c != "" && h.readOnly(w, k, c) {
-			return
-		}
+	if h.readOnlyAny(w, k, rule.Key(), from) {
+		return
 	}
+	saved, err := h.put(r, rule, from, version)
+	h.answerSave(w, r, k, rule, from, version, saved, err)
+}
+
+// put writes a checked rule at version (0: create; otherwise an update
+// of the rule at from, or at its own key).
+func (h *Handler) put(r *http.Request, rule limiter.Rule, from limiter.RuleKey, version int64) (configstore.Rule, error) {
 	if from == "" && version != 0 {
-		from = key
+		from = rule.Key()
 	}
-	saved, err := h.cfg.Store.PutRule(r.Context(), configstore.Rule{Rule: rule}, from, version)
+	return h.cfg.Store.PutRule(r.Context(), configstore.Rule{Rule: rule}, from, version)
+}
+
+// answerSave answers a write of rule at version: what was saved, or why
+// not (409 with the current rule when the version was not the current
+// one, or the rule exists already).
+func (h *Handler) answerSave(w http.ResponseWriter, r *http.Request, k *kind, rule limiter.Rule, from limiter.RuleKey, version int64, saved configstore.Rule, err error) {
+	key := rule.Key()
 	var conflict *configstore.ConflictError
 	switch {
 	case errors.As(err, &conflict) && version == 0:
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s already exists (version %d): PUT %s/%s with that version to replace it, or PATCH it",
-			k.what, conflict.Current.ID(), conflict.Current.Version, k.collection, conflict.Current.ID()),
-			map[string]any{"current": k.view(conflict.Current.Rule, conflict.Current.Version, conflict.Current.UpdatedAt)})
-		return
-	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s changed meanwhile (now version %d); read it and send that version",
+		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s already exists (version %d): PUT it, or PATCH it, with that version",
 			k.what, conflict.Current.ID(), conflict.Current.Version),
 			map[string]any{"current": k.view(conflict.Current.Rule, conflict.Current.Version, conflict.Current.UpdatedAt)})
 		return
+	case errors.As(err, &conflict):
+		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s %s is at version %d, not %d: read it and send that version",
+			k.what, conflict.Current.ID(), conflict.Current.Version, version),
+			map[string]any{"current": k.view(conflict.Current.Rule, conflict.Current.Version, conflict.Current.UpdatedAt)})
+		return
 	case errors.Is(err, configstore.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", k.what, from), nil)
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s does not exist", k.what, cmp.Or(from, key)), nil)
 		return
 	case err != nil:
 		h.storeFailed(w, err)
@@ -282,11 +353,25 @@ func (h *Handler) save(w http.ResponseWriter, r *http.Request, k *kind, rule lim
 	switch {
 	case version == 0:
 		status, verb = http.StatusCreated, "created"
-	case from != key:
+	case from != "" && from != key:
 		verb = "moved"
 	}
 	h.log.Info(k.what+" "+verb, "rule", rule.ID(), "version", saved.Version)
+	w.Header().Set("ETag", etag(saved.Version))
 	writeJSON(w, status, k.view(saved.Rule, saved.Version, saved.UpdatedAt))
+}
+
+// etag is a rule's version as an ETag, which If-Match takes back.
+func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// readOnlyAny is readOnly for each of the keys that are set.
+func (h *Handler) readOnlyAny(w http.ResponseWriter, k *kind, keys ...limiter.RuleKey) bool {
+	for _, c := range keys {
+		if c != "" && h.readOnly(w, k, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // readOnly answers 409 for a rule of the configuration.
@@ -298,19 +383,29 @@ func (h *Handler) readOnly(w http.ResponseWriter, k *kind, key limiter.RuleKey) 
 	return isConfig
 }
 
-// current returns the manual rule at key, or nil.
+// current returns the manual rule at key, or nil, answering 503 when the
+// store cannot say.
 func (h *Handler) current(w http.ResponseWriter, r *http.Request, key limiter.RuleKey) (*configstore.Rule, bool) {
-	snap, err := h.cfg.Store.Snapshot(r.Context())
+	cur, err := h.lookup(r, key)
 	if err != nil {
 		h.storeFailed(w, err)
 		return nil, false
 	}
+	return cur, true
+}
+
+// lookup returns the manual rule at key, or nil.
+func (h *Handler) lookup(r *http.Request, key limiter.RuleKey) (*configstore.Rule, error) {
+	snap, err := h.cfg.Store.Snapshot(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	for _, m := range snap.Rules {
 		if m.Key() == key {
-			return &m, true
+			return &m, nil
 		}
 	}
-	return nil, true
+	return nil, nil
 }
 
 func (h *Handler) remove(w http.ResponseWriter, r *http.Request, k *kind, byURL bool) {
@@ -340,7 +435,8 @@ func (h *Handler) remove(w http.ResponseWriter, r *http.Request, k *kind, byURL 
 		}
 		rule = in.rule("", &errs, k.budget)
 	}
-	if len(errs) > 0 {
+	version, verrs := writeVersion(r, in.Version)
+	if errs = append(errs, verrs...); len(errs) > 0 {
 		invalid(w, errs)
 		return
 	}
@@ -348,7 +444,7 @@ func (h *Handler) remove(w http.ResponseWriter, r *http.Request, k *kind, byURL 
 	if h.readOnly(w, k, key) {
 		return
 	}
-	err := h.cfg.Store.DeleteRule(r.Context(), key, in.Version)
+	err := h.cfg.Store.DeleteRule(r.Context(), key, version)
 	var conflict *configstore.ConflictError
 	switch {
 	case errors.As(err, &conflict):

@@ -150,8 +150,8 @@ func decisionOf(d limiter.Decision) explainDecision {
 	}
 	if r := d.Refused; r != nil {
 		out.Status, out.Type, out.Rule, out.Message, out.Retryable = http.StatusTooManyRequests, "rate_limit_error", refusalName(r), r.Message(), r.Retryable
-		if r.IsBudget() {
-			out.Type = "insufficient_quota"
+		if r.IsBudget() && !r.ReservedOnly {
+			out.Type = "insufficient_quota" // spent: a reserved-only refusal is a retryable rate limit
 		}
 		if r.Retryable {
 			ms := r.RetryAfter.Milliseconds()

@@ -127,6 +127,9 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, err)
 		return
 	}
+	if h.cfg.KeyRevoked != nil {
+		h.cfg.KeyRevoked(k)
+	}
 	h.log.Info("key revoked", "key_id", k.ID, "user_path", k.UserPath)
 	writeJSON(w, http.StatusOK, keyViewOf(k))
 }

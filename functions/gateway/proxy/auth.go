@@ -33,14 +33,19 @@ type KeyInfo struct {
 
 // Keys resolves managed API keys.
 type Keys interface {
-	// Lookup returns the key with this secret, or ErrUnknownKey when no
-	// live key has it (never issued, revoked, expired). Other errors mean
-	// the lookup itself failed.
+	// Lookup returns the key with this secret: ErrUnknownKey when no key
+	// has it, ErrRevokedKey when its key is revoked or expired. Other
+	// errors mean the lookup itself failed.
 	Lookup(ctx context.Context, secret string) (KeyInfo, error)
 }
 
-// ErrUnknownKey is returned by Keys for a secret that is not a live key.
-var ErrUnknownKey = errors.New("unknown API key")
+// ErrUnknownKey is returned by Keys for a secret that is no key, and
+// ErrRevokedKey for one of a key revoked or expired: refused even in dev
+// mode, where an unknown bearer is the master.
+var (
+	ErrUnknownKey = errors.New("unknown API key")
+	ErrRevokedKey = errors.New("revoked or expired API key")
+)
 
 // Caller is an authenticated client.
 type Caller struct {
@@ -85,23 +90,23 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 	key := secret(r, proto)
 	var c Caller
 	switch {
-	case h.cfg.MasterKey == "":
-		// Dev mode: any key, or none.
+	case key != "" && h.cfg.MasterKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(h.cfg.MasterKey)) == 1:
 		c = Caller{UserPath: "/", Master: true}
-	case key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(h.cfg.MasterKey)) == 1:
-		c = Caller{UserPath: "/", Master: true}
+	case key == "" && h.cfg.MasterKey == "":
+		c = Caller{UserPath: "/", Master: true} // dev mode: no key is any key
 	case key == "":
 		writeError(w, proto, apiError{status: http.StatusUnauthorized, typ: errTypeAuthentication, code: errCodeInvalidAPIKey,
 			message: "missing API key: send Authorization: Bearer <key>"}, 0)
 		return Caller{}, false
-	case h.cfg.Keys == nil:
-		writeError(w, proto, apiError{status: http.StatusUnauthorized, typ: errTypeAuthentication, code: errCodeInvalidAPIKey,
-			message: "invalid API key"}, 0)
-		return Caller{}, false
 	default:
-		info, err := h.cfg.Keys.Lookup(r.Context(), key)
+		// A managed key is that key, in dev mode too: its user path,
+		// tags and class bind it, and once revoked it is refused. Any
+		// other key is refused, but in dev mode, where it is the master.
+		info, err := h.lookUpKey(r.Context(), key)
 		switch {
-		case errors.Is(err, ErrUnknownKey):
+		case errors.Is(err, ErrUnknownKey) && h.cfg.MasterKey == "":
+			c = Caller{UserPath: "/", Master: true}
+		case errors.Is(err, ErrUnknownKey), errors.Is(err, ErrRevokedKey):
 			writeError(w, proto, apiError{status: http.StatusUnauthorized, typ: errTypeAuthentication, code: errCodeInvalidAPIKey,
 				message: "invalid API key"}, 0)
 			return Caller{}, false
@@ -110,8 +115,9 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 			writeError(w, proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeServer, code: errCodeServiceUnavailable,
 				message: "could not check the API key; try again"}, 0)
 			return Caller{}, false
+		default:
+			c = Caller{UserPath: info.UserPath, KeyID: info.ID, Tags: info.Tags, Class: info.Class, keyClass: info.Class != ""}
 		}
-		c = Caller{UserPath: info.UserPath, KeyID: info.ID, Tags: info.Tags, Class: info.Class, keyClass: info.Class != ""}
 	}
 	if !h.tags(w, r, proto, &c) || !h.class(w, r, proto, &c) {
 		return Caller{}, false
@@ -140,6 +146,14 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 	return c, true
 }
 
+// lookUpKey resolves a managed key; ErrUnknownKey when there are none.
+func (h *Handler) lookUpKey(ctx context.Context, key string) (KeyInfo, error) {
+	if h.cfg.Keys == nil {
+		return KeyInfo{}, ErrUnknownKey
+	}
+	return h.cfg.Keys.Lookup(ctx, key)
+}
+
 // tags adds the request's X-Tollgate-Tags to the caller's, the key's own
 // first; a malformed header is a 400.
 func (h *Handler) tags(w http.ResponseWriter, r *http.Request, proto providers.Protocol, c *Caller) bool {
@@ -165,7 +179,9 @@ func (h *Handler) tags(w http.ResponseWriter, r *http.Request, proto providers.P
 const HeaderClass = "X-Tollgate-Class"
 
 // class sets the caller's traffic class: the key's, else the header's,
-// else the default; an unknown class is a 400.
+// else the configured default (none unless the operator set one: a
+// request that asks for no class waits for nothing); an unknown class is
+// a 400.
 func (h *Handler) class(w http.ResponseWriter, r *http.Request, proto providers.Protocol, c *Caller) bool {
 	if c.keyClass {
 		return true

@@ -140,3 +140,34 @@ func TestClassesWaitWithinTheirBounds(t *testing.T) {
 		t.Fatalf("the held batch request after its wait: %d", s)
 	}
 }
+
+// A request that names no class (and whose key fixes none) waits for
+// nothing: seed 000's immediate, exact 429. A retry 1 s before its
+// Retry-After is refused, one at it admitted, and neither is held.
+func TestNoClassIsAnsweredAtOnce(t *testing.T) {
+	g := newClassGateway(t,
+		// One request a minute, sliding: the second, 1.5 s in, has no room.
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/seed", Period: time.Minute, MaxRequests: 1},
+	)
+	g.now = t0.Truncate(time.Minute).Add(30 * time.Second)
+	if s, _ := g.chat("/seed", ""); s != 200 {
+		t.Fatal(s)
+	}
+	g.now = g.now.Add(1500 * time.Millisecond)
+	s, ms := g.chat("/seed", "")
+	if s != 429 || ms == "" {
+		t.Fatalf("the second request 1.5 s in: %d (retry-after-ms %q), want 429 at once", s, ms)
+	}
+	wait, _ := time.ParseDuration(ms + "ms")
+	g.now = g.now.Add(wait - time.Second)
+	if s, _ := g.chat("/seed", ""); s != 429 {
+		t.Fatalf("a retry 1 s before Retry-After: %d, want 429", s)
+	}
+	g.now = g.now.Add(time.Second)
+	if s, _ := g.chat("/seed", ""); s != 200 {
+		t.Fatalf("a retry at Retry-After: %d, want 200", s)
+	}
+	if w := g.waits("/seed"); len(w) != 0 {
+		t.Fatalf("requests naming no class waited %v", w)
+	}
+}

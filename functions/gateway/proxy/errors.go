@@ -39,11 +39,14 @@ const (
 	// A budget's refusal: what OpenAI answers for a billing limit, which
 	// its SDKs do not retry.
 	errInsufficientQuota = "insufficient_quota"
-	headerShadowRefusal  = "X-Tollgate-Shadow-Refusal"
-	headerBudgetLeft     = "X-Tollgate-Budget-Remaining-Usd"
-	headerBudgetReset    = "X-Tollgate-Budget-Reset"
-	errCodeUpstream      = "upstream_error"
-	errCodeNotSupported  = "not_supported"
+	// A budget whose room is only reserved by requests not yet settled:
+	// retryable, once they settle.
+	errBudgetReserved   = "budget_reserved"
+	headerShadowRefusal = "X-Tollgate-Shadow-Refusal"
+	headerBudgetLeft    = "X-Tollgate-Budget-Remaining-Usd"
+	headerBudgetReset   = "X-Tollgate-Budget-Reset"
+	errCodeUpstream     = "upstream_error"
+	errCodeNotSupported = "not_supported"
 )
 
 // apiError is an error answer, written in the client's protocol.
@@ -197,10 +200,16 @@ func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Dec
 	h.Set(headerDecision, DecisionLocalReject)
 	h.Set(headerRule, ruleName(r))
 	var delay time.Duration
-	if r.Retryable {
+	switch {
+	case r.ReservedOnly:
+		// Room comes back when the reservations settle: a retry then is
+		// admitted, so the answer stays retryable whatever its length.
+		delay = r.RetryAfter
+		setRetryAfterHeaders(h, delay)
+	case r.Retryable:
 		delay = r.RetryAfter
 		setRetryAfter(h, delay)
-	} else {
+	default:
 		h.Set(headerShouldRetry, "false")
 	}
 	e := apiError{
@@ -210,7 +219,10 @@ func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Dec
 		message:  r.Message(),
 		decision: DecisionLocalReject,
 	}
-	if r.IsBudget() {
+	switch {
+	case r.ReservedOnly:
+		e.code, e.reason = errBudgetReserved, "BUDGET_RESERVED"
+	case r.IsBudget():
 		e.typ, e.code, e.reason = errInsufficientQuota, errInsufficientQuota, "BUDGET_EXHAUSTED"
 	}
 	writeError(w, proto, e, delay)
@@ -220,11 +232,17 @@ func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Dec
 // wait in retry-after-ms, and x-should-retry: false past a minute, because
 // common SDKs ignore long Retry-After values and would retry at once.
 func setRetryAfter(h http.Header, d time.Duration) {
-	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(d), 10))
-	h.Set("Retry-After-Ms", strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10))
+	setRetryAfterHeaders(h, d)
 	if d > shouldNotRetryAfter {
 		h.Set(headerShouldRetry, "false")
 	}
+}
+
+// setRetryAfterHeaders writes Retry-After (whole seconds, rounded up) and
+// retry-after-ms, and nothing about whether to retry.
+func setRetryAfterHeaders(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(d), 10))
+	h.Set("Retry-After-Ms", strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10))
 }
 
 // DecisionPaused is x-tollgate-decision for a request refused by a pause.

@@ -58,8 +58,10 @@ type Config struct {
 	DefaultCooldown time.Duration
 	// Classes are the traffic classes and how long a request of each may
 	// wait out a refusal's exact Retry-After (once, jittered, never past
-	// the request's deadline) instead of being answered 429; DefaultClass
-	// is a request's that names none. Nil: DefaultClasses.
+	// the request's deadline) instead of being answered 429. Nil:
+	// DefaultClasses. DefaultClass is the class of a request that names
+	// none and whose key fixes none; "" (the default) is no class, which
+	// waits for nothing: seed 000's immediate, exact 429.
 	Classes      map[string]time.Duration
 	DefaultClass string
 	// ClampFloor, when positive, lets a request refused for its token
@@ -148,9 +150,11 @@ const DefaultAdaptiveFloor = 64
 // Sessions records the leases of Realtime sessions.
 type Sessions interface {
 	PutSession(ctx context.Context, s SessionRecord) error
-	// TakeSession removes and returns a session, once; ErrUnknownSession
-	// when there is none.
-	TakeSession(ctx context.Context, id string) (SessionRecord, error)
+	// TakeSession removes and returns a session held by a caller at or
+	// below the user path within, once, in one conditional write;
+	// ErrUnknownSession when there is none, or it is another caller's
+	// (which is left as it was).
+	TakeSession(ctx context.Context, id, within string) (SessionRecord, error)
 }
 
 // SessionRecord is the lease a Realtime session holds.
@@ -241,11 +245,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Classes == nil {
 		cfg.Classes = DefaultClasses()
 	}
-	if _, ok := cfg.Classes[cfg.DefaultClass]; !ok {
-		cfg.DefaultClass = ClassStandard
-		if _, ok := cfg.Classes[ClassStandard]; !ok {
-			return nil, errors.New("proxy: DefaultClass names no class")
-		}
+	if _, ok := cfg.Classes[cfg.DefaultClass]; !ok && cfg.DefaultClass != "" {
+		return nil, errors.New("proxy: DefaultClass names no class")
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Discard{}

@@ -147,9 +147,10 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		maxTokens: *req.MaxTokens, inputTokens: h.messagesInput(model, &req), caller: caller, header: r.Header})
 }
 
-// countTokens handles Anthropic's POST /v1/messages/count_tokens: admitted
-// by user-path rules as one request, charged no tokens (the provider does
-// not bill it), sent to the model's provider.
+// countTokens handles Anthropic's POST /v1/messages/count_tokens: charged
+// nothing (Anthropic neither bills it nor counts it against the limits of
+// generations, so an agent that counts before each message keeps its
+// whole rate), sent to the model's provider.
 func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
 	req, caller, body, ok := h.beginMessages(w, r, false)
 	if !ok {
@@ -157,7 +158,7 @@ func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	model := *req.Model
 	h.serve(w, r, &exchange{proto: providers.ProtocolAnthropic, op: providers.OpCountTokens, model: model, body: body,
-		inputTokens: h.messagesInput(model, &req), free: true, userPathOnly: true, caller: caller, header: r.Header,
+		inputTokens: h.messagesInput(model, &req), free: true, caller: caller, header: r.Header,
 		path: "/v1/messages/count_tokens"})
 }
 
@@ -399,8 +400,8 @@ func (c *geminiContent) text(b *strings.Builder) {
 // generate handles Gemini's POST /v1beta/models/{model}:{action}:
 // generateContent and streamGenerateContent, embedContent and
 // batchEmbedContents (charged their input, like embeddings), countTokens
-// (one request by user-path rules, no tokens: the provider does not bill
-// it).
+// (charged nothing: the provider neither bills it nor counts it against
+// generations).
 func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolGemini
 	target := r.PathValue("target")
@@ -498,7 +499,7 @@ func (h *Handler) geminiAux(w http.ResponseWriter, r *http.Request, model, actio
 				g.Contents[i].text(&text)
 			}
 		}
-		ex.op, ex.free, ex.userPathOnly = providers.OpCountTokens, true, true
+		ex.op, ex.free = providers.OpCountTokens, true
 	}
 	ex.inputTokens = h.count(model, text.String())
 	h.serve(w, r, ex)

@@ -38,8 +38,10 @@ type exchange struct {
 	// session holds the lease past the answer: a Realtime session's, ended
 	// by the client or by its expiry.
 	session bool
-	// free charges no tokens at all (token counting, which the providers
-	// do not bill): inputTokens is only what the upstream is told.
+	// free charges nothing to the rules that count generations (token
+	// counting, which the providers neither bill nor count against their
+	// generation limits): inputTokens is only what the upstream is told.
+	// Pauses still apply.
 	free bool
 	// reserveOut is the output reservation, set by serve.
 	reserveOut int64
@@ -218,8 +220,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 				continue
 			}
 		}
-		d, err := h.cfg.Limiter.Admit(ctx, now, lr)
-		h.cfg.Metrics.Observe(metrics.AdmissionLatency, float64(h.cfg.Now().Sub(now).Microseconds())/1000, "Milliseconds")
+		d, err := limiter.Decision{Allowed: true}, error(nil)
+		if !ex.free {
+			d, err = h.cfg.Limiter.Admit(ctx, now, lr)
+			h.cfg.Metrics.Observe(metrics.AdmissionLatency, float64(h.cfg.Now().Sub(now).Microseconds())/1000, "Milliseconds")
+		}
 		if err != nil {
 			h.cfg.Metrics.Count(metrics.StoreFailures, 1)
 			if !h.cfg.FailOpen {
@@ -342,11 +347,16 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
 	hdr.Set("X-Tollgate-Model", t.Model)
 	tw := &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.StreamWriteTimeout}
+	var out http.ResponseWriter = tw
+	var held *sessionWriter
 	stopRenewing := func() {}
-	if !ex.session {
+	if ex.session {
+		held = &sessionWriter{ResponseWriter: tw, own: "tgs_" + reqID}
+		out = held
+	} else {
 		stopRenewing = h.renewWhileRunning(r.Context(), d.Lease, reqID)
 	}
-	res, err := t.Provider.Serve(r.Context(), tw, &providers.Request{
+	res, err := t.Provider.Serve(r.Context(), out, &providers.Request{
 		Op:          ex.op,
 		Model:       t.Model,
 		Stream:      ex.stream,
@@ -359,6 +369,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		MaxTokens:   ex.maxTokens,
 	})
 	stopRenewing()
+	sessionID := ""
+	if held != nil {
+		sessionID = held.finish(res.SessionID)
+	}
 	if res.BatchID != "" && h.cfg.Batches != nil {
 		h.recordBatch(r.Context(), ex, t, res.BatchID, reqID)
 	}
@@ -383,7 +397,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		used = limiter.Usage{Exact: perr.Status != 0}
 	}
 	clientGone := r.Context().Err() != nil
-	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, reqID)) {
+	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
 		h.complete(r.Context(), d.Lease, used, reqID)
 	}
 	if perr == nil {

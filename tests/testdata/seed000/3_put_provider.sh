@@ -1,0 +1,9 @@
+curl -X PUT http://localhost:8080/admin/rate-limits \
+  -H "Authorization: Bearer $GOMODEL_MASTER_KEY" \
+  -H "Content-Type: application/json" \
+  -d '{
+    "scope": "provider",
+    "subject": "openai",
+    "limit_key": {"period": "minute"},
+    "max_requests": 500
+  }'
