@@ -5,7 +5,7 @@
 // format, the official OpenAI, Anthropic and Google SDKs (Go, and Node
 // through tests/node), and headless Chromium for the dashboard. It also
 // checks what the code and the documentation promise of each other: every
-// shell block of README.md and docs/ runs, and the reference pages list
-// every route, Make target, benchmark and fuzz target. It has no code
-// outside its tests.
+// shell block of README.md and docs/ runs, the reference pages list every
+// route, Make target, metric, benchmark and fuzz target, and the functions
+// ARCHITECTURE.md names exist. It has no code outside its tests.
 package tests

@@ -366,3 +366,110 @@ func listedIn(t *testing.T, kind, file string) {
 		t.Fatalf("found no %s functions", kind)
 	}
 }
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// TestArchitectureNamesRealCode checks the tables of ARCHITECTURE.md's
+// "Where each decision lives": in each cell, every name in backticks that
+// follows a file (`proxy/serve.go`) or a package folder
+// (`providers/tokens`) must occur in that file or folder's Go code, each
+// part of Type.Method as a word. A function renamed or moved without the
+// table following fails it.
+func TestArchitectureNamesRealCode(t *testing.T) {
+	data, err := os.ReadFile("../ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start := strings.Index(text, "## Where each decision lives")
+	if start < 0 {
+		t.Fatal(`ARCHITECTURE.md has no "## Where each decision lives"`)
+	}
+	section := text[start:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	source := map[string]string{} // a file or folder → its Go code
+	codeOf := func(ref string) (string, bool) {
+		if src, ok := source[ref]; ok {
+			return src, true
+		}
+		for _, p := range []string{ref, "functions/gateway/" + ref, "functions/admin/" + ref} {
+			info, err := os.Stat(filepath.Join("..", p))
+			if err != nil {
+				continue
+			}
+			var b strings.Builder
+			files := []string{filepath.Join("..", p)}
+			if info.IsDir() {
+				files, _ = filepath.Glob(filepath.Join("..", p, "*.go"))
+			}
+			for _, f := range files {
+				if strings.HasSuffix(f, "_test.go") {
+					continue
+				}
+				d, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Write(d)
+			}
+			source[ref] = b.String()
+			return source[ref], true
+		}
+		return "", false
+	}
+	checked := 0
+	for n, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		for _, cell := range strings.Split(line, "|") {
+			src, in := "", ""
+			for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cell, -1) {
+				name := m[1]
+				switch {
+				case strings.HasSuffix(name, ".go") || strings.Count(name, "/") > 0 && !strings.Contains(name, " ") && !strings.HasPrefix(name, "/"):
+					s, ok := codeOf(name)
+					if !ok {
+						t.Errorf("ARCHITECTURE.md: %q names %s, which is no file or folder", strings.TrimSpace(cell), name)
+					}
+					src, in = s, name
+				case src != "" && identRE.MatchString(name):
+					checked++
+					for part := range strings.SplitSeq(name, ".") {
+						if !regexp.MustCompile(`\b` + part + `\b`).MatchString(src) {
+							t.Errorf("ARCHITECTURE.md (section line %d): %s is not in %s", n+1, name, in)
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked < 100 {
+		t.Fatalf("only %d names checked in ARCHITECTURE.md", checked)
+	}
+}
+
+// TestDocsListEveryMetric checks the metric table of
+// docs/operations/metrics.md against the metric names infra/metrics
+// declares (Name = "Name").
+func TestDocsListEveryMetric(t *testing.T) {
+	data, err := os.ReadFile("../infra/metrics/metrics.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inCode := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+([A-Z][A-Za-z]+)\s+= "([A-Z][A-Za-z]+)"`).FindAllStringSubmatch(string(data), -1) {
+		if m[1] == m[2] {
+			inCode[m[1]] = true
+		}
+	}
+	inDoc := map[string]bool{}
+	for _, c := range firstColumn(t, "docs/operations/metrics.md") {
+		if regexp.MustCompile(`^[A-Z][A-Za-z]+$`).MatchString(c) {
+			inDoc[c] = true
+		}
+	}
+	sameSets(t, "metric", "infra/metrics", "docs/operations/metrics.md", inCode, inDoc)
+}

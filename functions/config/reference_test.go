@@ -47,7 +47,7 @@ const (
 // there (a documented key may also be a section or list that holds keys:
 // rate_limits.user_paths[].limits).
 func TestReferenceListsEveryYAMLKey(t *testing.T) {
-	keys := yamlKeys(reflect.TypeFor[file](), "")
+	keys := yamlKeys(reflect.TypeFor[file](), "", nil)
 	if len(keys) < 50 {
 		t.Fatalf("found only %d keys in the config structs: %v", len(keys), keys)
 	}
@@ -128,14 +128,20 @@ func TestVariablesListEveryRead(t *testing.T) {
 }
 
 // yamlKeys returns the documented form of every key under type t, whose
-// own path is prefix.
-func yamlKeys(t reflect.Type, prefix string) []string {
+// own path is prefix; outer holds the struct types that enclose t, so
+// that a type holding itself is reported, not walked for ever.
+func yamlKeys(t reflect.Type, prefix string, outer []reflect.Type) []string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	unmarshaler := reflect.TypeFor[yaml.Unmarshaler]()
-	if reflect.PointerTo(t).Implements(unmarshaler) {
+	if leaf(t) {
 		return []string{prefix}
+	}
+	if slices.Contains(outer, t) {
+		panic("config: " + t.String() + " holds itself at " + prefix + ": make it a leaf in reference_test.go")
+	}
+	if t.Kind() == reflect.Struct {
+		outer = append(slices.Clip(outer), t)
 	}
 	switch t.Kind() {
 	case reflect.Struct:
@@ -147,7 +153,7 @@ func yamlKeys(t reflect.Type, prefix string) []string {
 			case name == "-":
 				continue
 			case opts == "inline":
-				keys = append(keys, yamlKeys(f.Type, prefix)...)
+				keys = append(keys, yamlKeys(f.Type, prefix, outer)...)
 				continue
 			case name == "":
 				name = strings.ToLower(f.Name)
@@ -156,19 +162,25 @@ func yamlKeys(t reflect.Type, prefix string) []string {
 			if prefix != "" {
 				path = prefix + "." + name
 			}
-			keys = append(keys, yamlKeys(f.Type, path)...)
+			keys = append(keys, yamlKeys(f.Type, path, outer)...)
 		}
 		return keys
 	case reflect.Slice:
 		if composite(t.Elem()) {
-			return yamlKeys(t.Elem(), prefix+"[]")
+			return yamlKeys(t.Elem(), prefix+"[]", outer)
 		}
 	case reflect.Map:
 		if composite(t.Elem()) {
-			return yamlKeys(t.Elem(), prefix+".<>")
+			return yamlKeys(t.Elem(), prefix+".<>", outer)
 		}
 	}
 	return []string{prefix}
+}
+
+// leaf reports whether t decodes itself, whatever the YAML holds: it
+// implements yaml.Unmarshaler, or is a yaml.Node (a key read raw).
+func leaf(t reflect.Type) bool {
+	return t == reflect.TypeFor[yaml.Node]() || reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]())
 }
 
 // composite reports whether t is decoded from a mapping of its own keys.
@@ -176,7 +188,7 @@ func composite(t reflect.Type) bool {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) {
+	if leaf(t) {
 		return false
 	}
 	return t.Kind() == reflect.Struct || t.Kind() == reflect.Map || t.Kind() == reflect.Slice
