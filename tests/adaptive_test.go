@@ -16,7 +16,8 @@ import (
 // 20 of them use 16; then they reserve the learned p95 (at least the
 // 64-token floor), which /admin/explain shows; a request with a cap keeps
 // it under the default "cap" mode. The estimate error of the route before
-// and after is logged (and quoted in the README).
+// and after is logged (and quoted in
+// docs/design/shaping.md).
 func TestReservationsLearn(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
 	t0 := time.Now().Truncate(time.Hour).Add(time.Hour)

@@ -218,7 +218,7 @@ func BenchmarkPeakRSS(b *testing.B) {
 // BenchmarkHeapAfterLoad runs the same application in this process through
 // the same 1,000 requests and reports the live heap after a collection;
 // with TOLLGATE_HEAP_PROFILE=file it writes that heap's profile for
-// `go tool pprof -sample_index=inuse_space -top file` (the README's table).
+// `go tool pprof -sample_index=inuse_space -top file` (docs/benchmarks.md).
 func BenchmarkHeapAfterLoad(b *testing.B) {
 	var inuse uint64
 	if os.Getenv("TOLLGATE_HEAP_PROFILE") != "" {

@@ -12,8 +12,8 @@ import (
 )
 
 // BenchmarkRequestCost counts what one request costs in DynamoDB capacity
-// over its whole life, on DynamoDB Local, with the rules of the README's
-// cost example: a team with requests and tokens per minute and a
+// over its whole life, on DynamoDB Local, with the rules of the cost example
+// (docs/operations/cost.md): a team with requests and tokens per minute and a
 // concurrency limit, and a provider with requests and tokens per minute
 // (five counters, one of them a slot, and a lease). Phases:
 //
@@ -24,8 +24,8 @@ import (
 // Reported per request, for each phase and in total: WCU (standard table
 // writes), idxWCU (the expiry index), txItems (items written by
 // transactions, 2 write units each on AWS), RRU (read units AWS bills)
-// and calls; and billed-WRU, the write request units AWS bills. The
-// README turns these into dollars. ns/op is one whole iteration (n
+// and calls; and billed-WRU, the write request units AWS bills. docs/operations/cost.md
+// turns these into dollars. ns/op is one whole iteration (n
 // requests through the three phases), so the benchmark runs once.
 func BenchmarkRequestCost(b *testing.B) {
 	const n = 2000

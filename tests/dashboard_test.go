@@ -318,7 +318,8 @@ func (b *browser) until(t *testing.T, what, expr string) {
 }
 
 // shot saves a screenshot of the whole page as an artefact and, with
-// TOLLGATE_UPDATE_SCREENSHOTS set, as the README's copy in docs/.
+// TOLLGATE_UPDATE_SCREENSHOTS set, as the documentation's copy in
+// docs/screenshots/.
 func (b *browser) shot(t *testing.T, name string) {
 	t.Helper()
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
@@ -355,12 +356,19 @@ func barUsed(table, id, dim string) string {
 		rowSel(table, id)+fmt.Sprintf(` .bar[data-dim=%q]`, dim))
 }
 
-// The dashboard in headless Chromium against the whole stack on DynamoDB
-// Local: sign in, create a rule, watch its bar rise with traffic, hit the
-// limit and see the refusals counted, edit with a stale version and see
-// the conflict, reset and see the bar drop, make and revoke a key, the
-// charts and the rules that apply to a provider; no JavaScript error or
-// policy violation anywhere, and the key nowhere but sessionStorage.
+// The dashboard in headless Chromium (chromedp) against the whole stack on
+// DynamoDB Local: a managed key refused at sign-in, the master key
+// accepted; a rule created, traffic raising its bar to 3 of 5, the limit
+// reached and its 2 refusals counted on the row and in the chart; a stale
+// edit refused with 409 and saved on the current version; a reset dropping
+// the bar to 0; a budget charged; the rules of the mock provider; a key
+// created, used, revoked and then refused; the estimate error drawn once
+// the reconciler settled; a hidden tab reading nothing for 4 s, then
+// reading again once shown. Every JavaScript exception, every error the
+// browser reports (a CSP violation would be one) and any console output
+// fails the test; at the end the key is in sessionStorage and nowhere else
+// (not the URL, other storage, cookies, the console or the gateway's
+// logs). Its screenshots are docs/operations/dashboard.md's.
 func TestDashboardInBrowser(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
 	in := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_CONFIG": writeConfig(t, dashboardConfig)})

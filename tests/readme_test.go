@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -15,8 +16,10 @@ import (
 	"time"
 )
 
-// readmeBlock is one fenced shell block of README.md.
+// readmeBlock is one fenced shell block of README.md or of a page under
+// docs/.
 type readmeBlock struct {
+	file   string // relative to the repository's root: README.md, docs/…
 	line   int    // of the opening fence
 	marker string // the HTML comment just before it: "illustrative: …", "run: output below", "run: errors expected", or ""
 	script string
@@ -26,10 +29,43 @@ type readmeBlock struct {
 
 var markerRE = regexp.MustCompile(`^<!--\s*(.*?)\s*-->$`)
 
-// readmeShellBlocks returns README.md's sh, bash and shell blocks.
+// docFiles returns README.md, then every Markdown file under docs/ in
+// lexical order: the order TestReadmeCommands runs their blocks in, one
+// gateway for all, so a page's blocks may rely on what README.md's did.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files := []string{"README.md"}
+	err := filepath.WalkDir("../docs", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			rel, _ := filepath.Rel("..", path)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// readmeShellBlocks returns the sh, bash and shell blocks of README.md and
+// of every page under docs/.
 func readmeShellBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	var blocks []readmeBlock
+	for _, f := range docFiles(t) {
+		blocks = append(blocks, shellBlocks(t, f)...)
+	}
+	return blocks
+}
+
+// shellBlocks returns one Markdown file's sh, bash and shell blocks.
+func shellBlocks(t *testing.T, file string) []readmeBlock {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +88,7 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 			body = append(body, strings.TrimPrefix(lines[j], indent))
 		}
 		if lang == "sh" || lang == "bash" || lang == "shell" {
-			b := readmeBlock{line: i + 1, script: strings.Join(body, "\n") + "\n"}
+			b := readmeBlock{file: file, line: i + 1, script: strings.Join(body, "\n") + "\n"}
 			for k := i - 1; k >= 0; k-- {
 				if s := strings.TrimSpace(lines[k]); s != "" {
 					if m := markerRE.FindStringSubmatch(s); m != nil {
@@ -83,19 +119,22 @@ func readmeShellBlocks(t *testing.T) []readmeBlock {
 
 var digitsRE = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
 
-// TestReadmeCommands runs every shell block of the README against the
-// gateway as `make run` starts it (example config, dev mode): each
-// must succeed with no HTTP error, or be marked illustrative (the set-up
-// commands themselves, AWS, Docker). A block marked "run: output below"
-// must print what the block after it shows, numbers aside. So the README
-// cannot drift from what the gateway does.
+// TestReadmeCommands runs every shell block of the README and of the pages
+// under docs/ against the gateway as `make run` starts it (example config,
+// dev mode), README.md's first, then the pages' in lexical order, all
+// against one gateway: each must succeed with no HTTP error, or be marked
+// illustrative (the set-up commands themselves, AWS, Docker). A block
+// marked "run: output below" must print what the block after it shows,
+// numbers aside; one marked "run: errors expected" runs, and may show an
+// error answer. So the documentation cannot drift from what the gateway
+// does.
 func TestReadmeCommands(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
 	}
 	blocks := readmeShellBlocks(t)
 	if len(blocks) < 5 {
-		t.Fatalf("found %d shell blocks in README.md", len(blocks))
+		t.Fatalf("found %d shell blocks in README.md and docs/", len(blocks))
 	}
 	// As make run starts it: no master key (dev mode), the example config.
 	const masterKey = ""
@@ -160,19 +199,19 @@ func TestReadmeCommands(t *testing.T) {
 		err := cmd.Run()
 		cancel()
 		if err != nil {
-			t.Errorf("README.md:%d: the block failed (%v); mark it <!-- illustrative: why --> if it cannot run here\n%s\nstdout:\n%s\nstderr:\n%s",
-				b.line, err, b.script, stdout.String(), stderr.String())
+			t.Errorf("%s:%d: the block failed (%v); mark it <!-- illustrative: why --> if it cannot run here\n%s\nstdout:\n%s\nstderr:\n%s",
+				b.file, b.line, err, b.script, stdout.String(), stderr.String())
 			continue
 		}
 		if b.marker == "run: output below" {
 			got := digitsRE.ReplaceAllString(strings.TrimSpace(strings.ReplaceAll(stdout.String(), "\r", "")), "N")
 			want := digitsRE.ReplaceAllString(strings.TrimSpace(b.output), "N")
 			if got != want {
-				t.Errorf("README.md:%d prints, numbers aside:\n%s\nbut the README shows:\n%s", b.line, stdout.String(), b.output)
+				t.Errorf("%s:%d prints, numbers aside:\n%s\nbut the page shows:\n%s", b.file, b.line, stdout.String(), b.output)
 			}
 		}
 	}
 	if ran == 0 {
-		t.Fatal("no README block was run")
+		t.Fatal("no README or docs block was run")
 	}
 }

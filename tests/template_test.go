@@ -414,20 +414,3 @@ func TestMakeBuild(t *testing.T) {
 		t.Fatalf("built %v", found)
 	}
 }
-
-// Every variable tollgate reads is documented in the README.
-func TestReadmeListsEveryVariable(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range config.Variables {
-		name := v.Name
-		if v.Prefix {
-			name += "<"
-		}
-		if !strings.Contains(string(b), "`"+name) {
-			t.Errorf("README.md does not document %s", v.Name)
-		}
-	}
-}

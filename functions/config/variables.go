@@ -5,10 +5,14 @@ type Variable struct {
 	Name string
 	// Prefix marks a family (SET_RATE_LIMIT_<PATH>): Name is its prefix.
 	Prefix bool
+	// Suffix marks a family (<NAME>_API_KEY): Name is its suffix.
+	Suffix bool
 }
 
-// Variables lists every environment variable tollgate reads; the README
-// documents each (a test checks).
+// Variables lists every environment variable tollgate reads (the Go
+// code's reads, found by TestVariablesListEveryRead), and
+// docs/reference/environment.md documents each and no other
+// (TestReferenceListsEveryVariable).
 var Variables = []Variable{
 	{Name: "PORT"},
 	{Name: "TOLLGATE_CONFIG"},
@@ -25,13 +29,26 @@ var Variables = []Variable{
 	{Name: "OPENAI_API_KEY"},
 	{Name: "ANTHROPIC_API_KEY"},
 	{Name: "GEMINI_API_KEY"},
+	{Name: "_API_KEY", Suffix: true},
+	{Name: "_API_KEY_PARAMETER", Suffix: true},
+	{Name: "_BASE_URL", Suffix: true},
 	{Name: "SET_RATE_LIMIT_", Prefix: true},
 	{Name: "SET_PROVIDER_RATE_LIMIT_", Prefix: true},
 	{Name: "SET_BUDGET_", Prefix: true},
 	{Name: "TOLLGATE_BUDGET_TIMEZONE"},
+	// The AWS SDK's own, which tollgate reads too (for defaults, local
+	// engines and its own signed calls), and Lambda's.
 	{Name: "AWS_REGION"},
+	{Name: "AWS_DEFAULT_REGION"},
+	{Name: "AWS_ENDPOINT_URL"},
 	{Name: "AWS_ENDPOINT_URL_DYNAMODB"},
 	{Name: "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"},
+	{Name: "AWS_ENDPOINT_URL_", Prefix: true},
+	{Name: "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"},
+	{Name: "AWS_ACCESS_KEY_ID"},
+	{Name: "AWS_PROFILE"},
+	{Name: "AWS_LAMBDA_FUNCTION_NAME"},
+	{Name: "AWS_LAMBDA_RUNTIME_API"},
 }
 
 // LambdaVariables are the variables each function must have set inside

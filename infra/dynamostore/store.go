@@ -8,8 +8,8 @@
 // are compensated; the limit can be under-used for the few milliseconds
 // that takes, never over-admitted. A failed condition returns the item
 // (ReturnValuesOnConditionCheckFailure=ALL_OLD), so a refusal carries the
-// numbers for Retry-After with no second read. README.md has the
-// measurements behind choosing this over TransactWriteItems.
+// numbers for Retry-After with no second read. docs/design/storage.md has
+// the measurements behind choosing this over TransactWriteItems.
 //
 // The sliding estimate needs the previous window's final count. A closed
 // request window never changes, so it is read once per window and cached
