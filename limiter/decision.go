@@ -62,6 +62,44 @@ type Refusal struct {
 	// so RetryAfter is when they are expected back, not the period's end.
 	Spent, Reserved int64
 	ReservedOnly    bool
+
+	// charge and state are the refusing counter's, for RoomAt.
+	charge *Charge
+	state  State
+}
+
+// RoomAt returns what the refusing counter will leave at the instant at,
+// in the units Amount counts, if nothing else arrives before then: its
+// window moved on, its bucket refilled. It returns -1 when that cannot be
+// known: a gauge (a slot frees when some request completes), a sharded
+// counter (the others shards' room is not in the refusal). A request that
+// would wait for a Retry-After can so tell whether the room then is
+// already promised to others waiting before it.
+func (r *Refusal) RoomAt(at time.Time) int64 {
+	c, s := r.charge, r.state
+	if c == nil || c.Period == Concurrent || layoutOf(c.Counter) > 1 {
+		return -1
+	}
+	switch {
+	case c.Shape == ShapeBucket:
+		debt := max(0, s.Cur-at.UnixNano())
+		return max(0, c.Limit-debt) / max(c.Unit, 1)
+	case c.Shape == ShapeFixed:
+		if !at.Before(c.End) {
+			return c.Limit
+		}
+		return max(0, c.Limit-max(s.Cur, 0))
+	}
+	w, elapsed := windowAt(at, c.Period)
+	prev, cur := s.Prev, s.Cur
+	switch d := w - c.Counter.Window; {
+	case d < 0:
+	case d == 1:
+		prev, cur = cur, 0
+	case d > 1:
+		prev, cur = 0, 0
+	}
+	return max(0, slidingCeiling(c.Limit, prev, 0, c.Period, elapsed)-max(cur, 0))
 }
 
 // IsBudget reports whether a budget refused.

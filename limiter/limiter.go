@@ -567,6 +567,7 @@ func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decisio
 	c := &charges[pick]
 	r := c.owner
 	refusal := refusalOf(c, groupAmount(charges, pick), wait, retryable)
+	refusal.charge, refusal.state = c, states[pick]
 	if c.Counter.Kind == KindCost {
 		refusal.Spent, refusal.Reserved, refusal.ReservedOnly = budgetSplit(c, states[pick])
 	}

@@ -344,7 +344,7 @@ func (k keyResolver) Lookup(ctx context.Context, secret string) (proxy.KeyInfo, 
 	case errors.Is(err, configstore.ErrKeyNotLive):
 		return proxy.KeyInfo{}, proxy.ErrRevokedKey
 	}
-	return proxy.KeyInfo{ID: key.ID, UserPath: key.UserPath, Tags: key.Tags, Class: key.Class}, err
+	return proxy.KeyInfo{ID: key.ID, UserPath: key.UserPath, Tags: key.Tags, Class: key.Class, MaxClass: key.MaxClass}, err
 }
 
 // Close releases what the app holds.

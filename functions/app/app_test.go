@@ -230,6 +230,7 @@ func TestKeysFromSSMParameters(t *testing.T) {
 	// key from SSM.
 	r := httptest.NewRequest("POST", "/v1/chat/completions",
 		strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":5}`))
+	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Authorization", "Bearer mk-from-ssm")
 	w := httptest.NewRecorder()
 	a.Gateway.ServeHTTP(w, r)

@@ -56,7 +56,10 @@ type Key struct {
 	Tags []limiter.Tag
 	// Class is the traffic class of the key's requests ("" for the
 	// default), which X-Tollgate-Class cannot change.
-	Class     string
+	Class string
+	// MaxClass, when set, caps the class the key's requests may claim
+	// with X-Tollgate-Class: one that waits longer is taken as it.
+	MaxClass  string
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: never
 	Revoked   bool

@@ -495,6 +495,9 @@ func keyItem(k Key) map[string]types.AttributeValue {
 	if k.Class != "" {
 		item["class"] = sv(k.Class)
 	}
+	if k.MaxClass != "" {
+		item["max_class"] = sv(k.MaxClass)
+	}
 	if !k.ExpiresAt.IsZero() {
 		item["expires_at"] = nv(k.ExpiresAt.UnixMilli())
 	}
@@ -511,6 +514,7 @@ func decodeKey(item map[string]types.AttributeValue) Key {
 	}
 	k.Tags, _ = limiter.ParseTags(getS(item, "tags")) // written valid by PutKey
 	k.Class = getS(item, "class")
+	k.MaxClass = getS(item, "max_class")
 	return k
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/functions/admin/adminui"
+	"github.com/tollgate/tollgate/functions/crosssite"
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/metrics"
@@ -126,6 +127,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	secret, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	switch {
+	case h.cfg.DevMode && crosssite.Is(r):
+		writeError(w, http.StatusForbidden, "permission_error", crosssite.Message, nil)
+		return
 	case h.cfg.DevMode:
 	case secret == "":
 		writeError(w, http.StatusUnauthorized, "authentication_error", "missing master key: send Authorization: Bearer $TOLLGATE_MASTER_KEY", nil)
@@ -175,16 +179,18 @@ func invalid(w http.ResponseWriter, fields []fieldError) {
 const maxBody = 1 << 20
 
 // decode reads a JSON body into v: 415 for a body that says it is not
-// JSON, 413 for one over maxBody, 400 for one that is not a JSON object.
+// JSON or says nothing (what a page of another site sends with no-cors),
+// 413 for one over maxBody, 400 for one that is not a JSON object.
 // Unknown fields and values of the wrong type are appended to errs, not
 // answered, so that a request's every problem is reported at once. It
 // returns the body.
 func decode(w http.ResponseWriter, r *http.Request, v any, errs *[]fieldError) ([]byte, bool) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported Content-Type "+ct+": send application/json", nil)
-			return nil, false
-		}
+	if ct := r.Header.Get("Content-Type"); ct == "" {
+		writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "no Content-Type: send application/json", nil)
+		return nil, false
+	} else if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported Content-Type "+ct+": send application/json", nil)
+		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {

@@ -19,13 +19,15 @@ type keyView struct {
 	UserPath  string     `json:"user_path"`
 	Tags      string     `json:"tags,omitempty"`
 	Class     string     `json:"class,omitempty"`
+	MaxClass  string     `json:"max_class,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at"`
 	Revoked   bool       `json:"revoked"`
 }
 
 func keyViewOf(k configstore.Key) keyView {
-	v := keyView{ID: k.ID, Prefix: k.Prefix, Name: k.Name, UserPath: k.UserPath, Tags: limiter.FormatTags(k.Tags), Class: k.Class, CreatedAt: k.CreatedAt, Revoked: k.Revoked}
+	v := keyView{ID: k.ID, Prefix: k.Prefix, Name: k.Name, UserPath: k.UserPath, Tags: limiter.FormatTags(k.Tags), Class: k.Class, MaxClass: k.MaxClass,
+		CreatedAt: k.CreatedAt, Revoked: k.Revoked}
 	if !k.ExpiresAt.IsZero() {
 		e := k.ExpiresAt
 		v.ExpiresAt = &e
@@ -41,8 +43,10 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 		ExpiresIn string     `json:"expires_in"`
 		// Tags are fixed on the key: "k=v,k2=v2" or an object.
 		Tags any `json:"tags"`
-		// Class fixes the traffic class of the key's requests.
-		Class string `json:"class"`
+		// Class fixes the traffic class of the key's requests; MaxClass
+		// caps the class they may claim.
+		Class    string `json:"class"`
+		MaxClass string `json:"max_class"`
 	}
 	var errs []fieldError
 	if _, ok := decode(w, r, &in, &errs); !ok {
@@ -56,8 +60,10 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		errs = append(errs, fieldError{Field: "tags", Message: strings.ReplaceAll(err.Error(), "\n", "; ")})
 	}
-	if in.Class != "" && h.cfg.Classes != nil && !slices.Contains(h.cfg.Classes, in.Class) {
-		errs = append(errs, fieldError{Field: "class", Message: "not a traffic class: want one of " + strings.Join(h.cfg.Classes, ", ")})
+	for _, c := range []struct{ field, class string }{{"class", in.Class}, {"max_class", in.MaxClass}} {
+		if c.class != "" && h.cfg.Classes != nil && !slices.Contains(h.cfg.Classes, c.class) {
+			errs = append(errs, fieldError{Field: c.field, Message: "not a traffic class: want one of " + strings.Join(h.cfg.Classes, ", ")})
+		}
 	}
 	if len(in.Name) > 200 {
 		errs = append(errs, fieldError{Field: "name", Message: "at most 200 characters"})
@@ -86,7 +92,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	hash := configstore.Hash(secret)
 	k := configstore.Key{
 		ID: configstore.KeyID(hash), Hash: hash, Prefix: secret[:9], Name: in.Name,
-		UserPath: in.UserPath, Tags: tags, Class: in.Class, CreatedAt: now.UTC(), ExpiresAt: expires.UTC(),
+		UserPath: in.UserPath, Tags: tags, Class: in.Class, MaxClass: in.MaxClass, CreatedAt: now.UTC(), ExpiresAt: expires.UTC(),
 	}
 	if expires.IsZero() {
 		k.ExpiresAt = time.Time{}

@@ -29,6 +29,9 @@ type KeyInfo struct {
 	UserPath string
 	Tags     []limiter.Tag // fixed on the key
 	Class    string        // fixed on the key; "" for the default
+	// MaxClass caps the class the key's requests may claim: a class that
+	// waits longer is taken as it ("" for no cap).
+	MaxClass string
 }
 
 // Keys resolves managed API keys.
@@ -56,8 +59,10 @@ type Caller struct {
 	// Class is the request's traffic class: the key's, else
 	// X-Tollgate-Class, else the default.
 	Class string
-	// keyClass is set when the key fixes the class.
+	// keyClass is set when the key fixes the class; maxClass caps the
+	// class the caller may claim.
 	keyClass bool
+	maxClass string
 }
 
 // secret extracts the caller's key: Authorization: Bearer, or the
@@ -116,7 +121,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request, proto pro
 				message: "could not check the API key; try again"}, 0)
 			return Caller{}, false
 		default:
-			c = Caller{UserPath: info.UserPath, KeyID: info.ID, Tags: info.Tags, Class: info.Class, keyClass: info.Class != ""}
+			c = Caller{UserPath: info.UserPath, KeyID: info.ID, Tags: info.Tags, Class: info.Class, keyClass: info.Class != "", maxClass: info.MaxClass}
 		}
 	}
 	if !h.tags(w, r, proto, &c) || !h.class(w, r, proto, &c) {
@@ -209,6 +214,9 @@ func (h *Handler) class(w http.ResponseWriter, r *http.Request, proto providers.
 		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: "invalid_class",
 			message: "unknown " + HeaderClass + " " + strconv.Quote(v) + ": want one of " + strings.Join(classNames(h.cfg.Classes), ", ")}, 0)
 		return false
+	}
+	if capped, ok := h.cfg.Classes[c.maxClass]; ok && h.cfg.Classes[v] > capped {
+		v = c.maxClass // the key may claim no class that waits longer
 	}
 	c.Class = v
 	return true

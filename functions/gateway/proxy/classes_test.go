@@ -171,3 +171,91 @@ func TestNoClassIsAnsweredAtOnce(t *testing.T) {
 		t.Fatalf("requests naming no class waited %v", w)
 	}
 }
+
+// A flood of requests that may wait does not wait for room that one of
+// them will take: against a bucket that will admit one request in its
+// Retry-After, of 200 background requests refused together one waits and
+// the others are answered 429 at once (not held the whole minute).
+func TestWaitersOnlyForRoomAhead(t *testing.T) {
+	g := newClassGateway(t,
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/flood", Bucket: &limiter.Bucket{Capacity: 1, RefillPerSecond: 1.0 / 50}},
+	)
+	if s, _ := g.chat("/flood/held", "background"); s != 200 {
+		t.Fatal(s)
+	}
+	g.hold = make(chan struct{})
+	codes := make(chan int, 200)
+	for range 200 {
+		go func() { s, _ := g.chat("/flood/held", "background"); codes <- s }()
+	}
+	atOnce := 0
+	for atOnce < 199 {
+		select {
+		case s := <-codes:
+			if s != 429 {
+				t.Fatalf("a request answered %d while the one waiting is held", s)
+			}
+			atOnce++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 200 answered at once; the rest are waiting for room one of them will take", atOnce)
+		}
+	}
+	close(g.hold)
+	if s := <-codes; s != 200 {
+		t.Fatalf("the one waiter, after its wait: %d", s)
+	}
+	if w := g.waits("/flood/held"); len(w) != 1 || w[0] < 40*time.Second || w[0] > 60*time.Second {
+		t.Fatalf("waits %v, want one of about 50 s", w)
+	}
+}
+
+type stubKeys map[string]proxy.KeyInfo
+
+func (k stubKeys) Lookup(_ context.Context, secret string) (proxy.KeyInfo, error) {
+	if info, ok := k[secret]; ok {
+		return info, nil
+	}
+	return proxy.KeyInfo{}, proxy.ErrUnknownKey
+}
+
+// A managed key may cap the class its requests claim: with max_class
+// standard (2 s), X-Tollgate-Class: background is taken as standard, and
+// a 10 s Retry-After is answered at once instead of waited out.
+func TestKeyCapsTheClassItsRequestsClaim(t *testing.T) {
+	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/k", PerChild: true, Bucket: &limiter.Bucket{Capacity: 1, RefillPerSecond: 0.1}}})
+	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})
+	cat, _ := providers.NewCatalog([]providers.Provider{mock.New("mock", 0)}, nil, nil)
+	now := t0
+	var slept []time.Duration
+	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat, MasterKey: "master",
+		Keys: stubKeys{
+			"capped": {ID: "key_capped", UserPath: "/k/capped", MaxClass: "standard"},
+			"free":   {ID: "key_free", UserPath: "/k/free"},
+		},
+		Now:   func() time.Time { return now },
+		Sleep: func(_ context.Context, d time.Duration) error { slept = append(slept, d); now = now.Add(d); return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := func(key string) int {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(chatBody))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer "+key)
+		r.Header.Set("X-Tollgate-Class", "background")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, key := range []string{"capped", "free"} {
+		if s := chat(key); s != 200 {
+			t.Fatalf("%s: first request %d", key, s)
+		}
+	}
+	if s := chat("capped"); s != 429 || len(slept) != 0 {
+		t.Fatalf("a capped key claiming background: %d after waits %v, want 429 at once", s, slept)
+	}
+	if s := chat("free"); s != 200 || len(slept) != 1 {
+		t.Fatalf("an uncapped key claiming background: %d after waits %v, want the 10 s waited out", s, slept)
+	}
+}

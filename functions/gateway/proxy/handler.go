@@ -16,7 +16,6 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,6 +225,7 @@ type Handler struct {
 	health         storeHealth    // whether the store answers in time
 	pending        sync.WaitGroup // completions retried after their answer
 	lat            latencies      // upstream answer times, for ramps
+	waits          waitBook       // what this instance promised to waiting requests
 }
 
 // FailOpenAdmits returns how many requests were admitted without a limit
@@ -322,8 +322,12 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. In dev mode a request a browser sent
+// from another origin's page is refused (see package crosssite).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.MasterKey == "" && refuseCrossSite(w, r) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -357,13 +361,7 @@ func (h *Handler) routes() {
 // OpenAI's otherwise.
 func (h *Handler) unknownRoute(w http.ResponseWriter, r *http.Request) {
 	h.log.Info("unknown route", "method", r.Method, "path", r.URL.Path)
-	proto := providers.ProtocolOpenAI
-	switch p := r.URL.Path; {
-	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/") || strings.HasPrefix(p, "/v1/complete"):
-		proto = providers.ProtocolAnthropic
-	case strings.HasPrefix(p, "/v1beta/") || strings.HasPrefix(p, "/v1/models/") && strings.Contains(p, ":"):
-		proto = providers.ProtocolGemini
-	}
+	proto := protocolOf(r.URL.Path)
 	typ := errTypeNotFound
 	if proto == providers.ProtocolOpenAI {
 		typ = errTypeInvalidRequest // what OpenAI answers for a URL it does not know

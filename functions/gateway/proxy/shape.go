@@ -60,11 +60,15 @@ func (h *Handler) clamp(w http.ResponseWriter, ex *exchange, sk *skip) bool {
 
 // wait waits out a refusal's exact Retry-After once, when it fits the
 // request's class's longest wait and the request's deadline leaves time,
-// and reports whether to try again. The wait is jittered upwards (up to a
-// tenth, at most 250 ms, never past the class's bound) so that waiters
+// and reports whether to try again. The wait is until the refusing
+// counter has room for this request after what this instance promised to
+// the requests already waiting on it (waitBook), which for the first
+// waiter is the Retry-After; a request whose room comes later than its
+// class allows gets its 429 at once. The wait is jittered upwards (up to
+// a tenth, at most 250 ms, never past the class's bound) so that waiters
 // refused together do not all come back at the same instant; never
-// downwards, since a retry before Retry-After is refused. Waits are per
-// request, not a queue: a request never waits behind another class's.
+// downwards, since a retry before its room is there is refused. Waits are
+// per request, not a queue: a request never waits behind another class's.
 func (h *Handler) wait(r *http.Request, ex *exchange, sk *skip, reqID string) bool {
 	limit := h.cfg.Classes[ex.caller.Class]
 	if limit <= 0 || !sk.retryable || sk.wait > limit {
@@ -73,7 +77,17 @@ func (h *Handler) wait(r *http.Request, ex *exchange, sk *skip, reqID string) bo
 	if sk.decision != nil && sk.decision.Refused.Kind == limiter.KindInFlight {
 		return false // when a slot frees is not known: its Retry-After is a guess, not worth waiting out
 	}
-	d := sk.wait + time.Duration(h.cfg.Rand()*float64(min(sk.wait/10, 250*time.Millisecond, limit-sk.wait)))
+	wait, release := sk.wait, func() {}
+	if sk.decision != nil {
+		var ok bool
+		if wait, release, ok = h.waits.claim(h.cfg.Now(), sk.decision.Refused, limit); !ok {
+			h.log.Info("not waiting: the room at Retry-After is promised to requests already waiting", "request_id", reqID,
+				"class", ex.caller.Class, "rule", ruleName(sk.decision.Refused), "retry_after_ms", sk.wait.Milliseconds())
+			return false
+		}
+	}
+	defer release()
+	d := wait + time.Duration(h.cfg.Rand()*float64(min(wait/10, 250*time.Millisecond, limit-wait)))
 	if dl, ok := r.Context().Deadline(); ok && time.Until(dl) < d+time.Second {
 		return false
 	}
