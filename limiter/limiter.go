@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -39,7 +38,7 @@ type Limiter struct {
 	leaseTTL   time.Duration
 	settleWait time.Duration
 	old        oldSlots // concurrency rules whose shard layout changed
-	fair       sync.Map // rule counter → *fairState
+	fair       fairShares
 }
 
 // New returns a Limiter.
@@ -344,9 +343,9 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			if f := r.FairShare; f != nil {
 				// The bucket holds what the other members are owed of its
 				// capacity: its limit (in refill time) is lowered by it.
-				member := f.member(r.Rule, req.Subject, req.Class)
 				proto := memberProto(now, r, m.child, kind, r.Bucket.Capacity)
-				owed := r.Bucket.Capacity - l.fairLimit(now, r, f, r.Bucket.Capacity, units, member, proto)
+				member := l.fairMemberOf(now, r, f.member(r.Rule, req.Subject, req.Class), proto)
+				owed := r.Bucket.Capacity - l.fairLimit(now, r, f, r.Bucket.Capacity, member, proto)
 				c.Limit = max(c.Unit, c.Limit-SatMul(owed, c.Unit))
 				c.member = member
 				mc := proto
@@ -356,9 +355,9 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			}
 			charges = append(charges, c)
 		case r.IsBudget() && r.FairShare != nil:
-			member := r.FairShare.member(r.Rule, req.Subject, req.Class)
 			proto := memberProto(now, r, m.child, KindCost, r.MaxCost)
-			c := r.newCharge(now, m.child, KindCost, max(1, l.fairLimit(now, r, r.FairShare, r.MaxCost, cost, member, proto)), 0)
+			member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
+			c := r.newCharge(now, m.child, KindCost, max(1, l.fairLimit(now, r, r.FairShare, r.MaxCost, member, proto)), 0)
 			c.Amount, c.member = cost, member
 			charges = append(charges, c, memberCharge(c, member))
 			tokens = tokens || cost > 0
@@ -367,9 +366,9 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			tokens = tokens || cost > 0
 		case r.Period == Concurrent && r.FairShare != nil:
 			if !req.UserPathOnly && r.MaxRequests > 0 {
-				member := r.FairShare.member(r.Rule, req.Subject, req.Class)
 				proto := memberProto(now, r, m.child, KindInFlight, r.MaxRequests)
-				c := r.newCharge(now, m.child, KindInFlight, max(1, l.fairLimit(now, r, r.FairShare, r.MaxRequests, 1, member, proto)), 0)
+				member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
+				c := r.newCharge(now, m.child, KindInFlight, max(1, l.fairLimit(now, r, r.FairShare, r.MaxRequests, member, proto)), 0)
 				c.Amount, c.member = 1, member
 				charges = append(charges, c, memberCharge(c, member))
 				inFlight = true
@@ -387,8 +386,9 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			if limit <= 0 {
 				kind, limit, amount = KindTokens, r.MaxTokens, total
 			}
-			member := r.FairShare.member(r.Rule, req.Subject, req.Class)
-			c := r.newCharge(now, m.child, kind, max(1, l.fairLimit(now, r, r.FairShare, limit, amount, member, memberProto(now, r, m.child, kind, limit))), 0)
+			proto := memberProto(now, r, m.child, kind, limit)
+			member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
+			c := r.newCharge(now, m.child, kind, max(1, l.fairLimit(now, r, r.FairShare, limit, member, proto)), 0)
 			c.Amount, c.member = amount, member
 			charges = append(charges, c, memberCharge(c, member))
 			if kind == KindRequests {

@@ -277,10 +277,11 @@ type fairShareSpec struct {
 	By            string           `yaml:"by" json:"by"`
 	Weights       map[string]int64 `yaml:"weights" json:"weights"`
 	DefaultWeight int64            `yaml:"default_weight" json:"default_weight"`
+	MaxMembers    int              `yaml:"max_members" json:"max_members"`
 }
 
 func (fs *fairShareSpec) fairShare() *limiter.FairShare {
-	f := &limiter.FairShare{By: fs.By, Weights: map[string]int64{}, DefaultWeight: fs.DefaultWeight}
+	f := &limiter.FairShare{By: fs.By, Weights: map[string]int64{}, DefaultWeight: fs.DefaultWeight, MaxMembers: fs.MaxMembers}
 	for name, w := range fs.Weights {
 		if fs.By == "user_path" {
 			name = strings.ToLower(name)

@@ -87,7 +87,7 @@ func (in *budgetInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rul
 	rule.Shadow, rule.Source = in.Shadow, limiter.SourceManual
 	rule.FairShare = nil
 	if f := in.FairShare; f != nil {
-		rule.FairShare = &limiter.FairShare{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight}
+		rule.FairShare = &limiter.FairShare{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight, MaxMembers: f.MaxMembers}
 	}
 	if in.AmountUSD == "" {
 		*errs = append(*errs, fieldError{Field: "amount_usd", Message: "required: dollars per period, e.g. \"5.00\""})

@@ -45,6 +45,7 @@ type fairJSON struct {
 	By            string           `json:"by"`
 	Weights       map[string]int64 `json:"weights,omitempty"`
 	DefaultWeight int64            `json:"default_weight,omitempty"`
+	MaxMembers    int              `json:"max_members,omitempty"`
 }
 
 // ruleView is a rule as the API shows it.
@@ -163,7 +164,7 @@ func (in *ruleInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rule 
 	rule.Priority, rule.Always, rule.Shadow = in.Priority, in.Always, in.Shadow
 	rule.Ramp, rule.FairShare = nil, nil
 	if f := in.FairShare; f != nil {
-		rule.FairShare = &limiter.FairShare{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight}
+		rule.FairShare = &limiter.FairShare{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight, MaxMembers: f.MaxMembers}
 	}
 	if p := in.Ramp; p != nil {
 		every, err := time.ParseDuration(p.Every)
@@ -336,5 +337,5 @@ func fairJSONOf(f *limiter.FairShare) *fairJSON {
 	if f == nil {
 		return nil
 	}
-	return &fairJSON{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight}
+	return &fairJSON{By: f.By, Weights: f.Weights, DefaultWeight: f.DefaultWeight, MaxMembers: f.MaxMembers}
 }
