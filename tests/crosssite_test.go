@@ -56,7 +56,7 @@ func TestDevModeRefusesOtherSites(t *testing.T) {
 		for _, hdr := range [][]string{
 			{"Sec-Fetch-Site", "cross-site", "Sec-Fetch-Mode", "no-cors", "Origin", "https://evil.example"},
 			{"Sec-Fetch-Site", "same-site", "Origin", "http://localhost:3000"}, // another port of localhost
-			{"Origin", "https://evil.example"},                                  // a browser without Sec-Fetch-*
+			{"Origin", "https://evil.example"},                                 // a browser without Sec-Fetch-*
 		} {
 			if s, b := in.call(t, "POST", c.path, "", c.body, hdr...); s != 403 || !strings.Contains(string(b), "another origin") {
 				t.Fatalf("POST %s with %v: %d %s, want 403", c.path, hdr, s, b)
