@@ -519,7 +519,9 @@ func TestBurndown(t *testing.T) {
 // InvokeModel's header.
 func TestServiceTier(t *testing.T) {
 	f := bedrocktest.New(t, region)
-	p := newProvider(t, f, func(c *bedrock.Config) { c.ServiceTiers = map[string]string{"batch": "flex", "interactive": "priority"} })
+	p := newProvider(t, f, func(c *bedrock.Config) {
+		c.ServiceTiers = map[string]string{"batch": "flex", "interactive": "priority"}
+	})
 	for _, tc := range []struct {
 		class, want string
 	}{{"batch", "flex"}, {"interactive", "priority"}, {"standard", ""}} {
