@@ -293,12 +293,30 @@ func bedrockQuotaEndToEnd(t *testing.T, url string, fake *bedrocktest.Fake) {
 			}
 		}
 		if used == 11*1_100 {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the rule holds %d after settlement, want 11 × (100 + 200 × 5) = 12100", used)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The admin API takes the quota in rule bodies, and refuses it where
+	// it has no meaning.
+	created := adminJSON(t, "POST", url+"/admin/rate-limits", `{"scope":"provider","subject":"bedrock","limit_key":{"period":"minute"},"max_tokens":2000000,"quota":"bedrock"}`)
+	if !strings.Contains(string(created), `"quota":"bedrock"`) {
+		t.Fatalf("created %s", created)
+	}
+	req, _ := http.NewRequest("POST", url+"/admin/rate-limits", strings.NewReader(`{"user_path":"/team","limit_key":{"period":"minute"},"max_tokens":1000,"quota":"bedrock"}`))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(b), "only provider and model rules") {
+		t.Fatalf("a user-path rule of Bedrock's quota: %d %s", res.StatusCode, b)
 	}
 }
 
@@ -313,7 +331,7 @@ func adminJSON(t *testing.T, method, url, body string) []byte {
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 200 {
+	if res.StatusCode/100 != 2 {
 		t.Fatalf("%s %s: %d %s", method, url, res.StatusCode, b)
 	}
 	return b
