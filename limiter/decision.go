@@ -54,6 +54,10 @@ type Refusal struct {
 	// End is when a fixed window or a budget's period ends; zero for
 	// others.
 	End time.Time
+	// Burndown is what each output token counted for in Amount on a
+	// window of Bedrock's quota (see Charge.Burndown); 0 for the standard
+	// arithmetic, where it counts once.
+	Burndown int64
 }
 
 // IsBudget reports whether a budget refused.

@@ -572,6 +572,7 @@ func refusalOf(c *Charge, amount int64, wait time.Duration, retryable bool) Refu
 		RetryAfter: wait,
 		Retryable:  retryable,
 		End:        c.End,
+		Burndown:   c.Burndown,
 	}
 }
 

@@ -76,7 +76,7 @@ func TestBedrockQuotaChargesAndSettles(t *testing.T) {
 		t.Fatalf("the standard rule holds %d, want 11 × 1,100", got)
 	}
 	d := admit(t, l, now, bedrockRequest("b12"))
-	if d.Allowed || d.Refused.Rule.Scope != limiter.ScopeModel || d.Refused.Kind != limiter.KindTokens || d.Refused.Amount != 5_100 {
+	if d.Allowed || d.Refused.Rule.Scope != limiter.ScopeModel || d.Refused.Kind != limiter.KindTokens || d.Refused.Amount != 5_100 || d.Refused.Burndown != 5 {
 		t.Fatalf("12th request: %+v, want the model rule's token refusal of 5,100", d.Refused)
 	}
 

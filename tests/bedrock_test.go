@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
+	"github.com/tollgate/tollgate/infra/memstore"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
 	"github.com/tollgate/tollgate/providers/bedrock"
@@ -439,5 +441,50 @@ func TestBedrockQuotaReconciledFromStream(t *testing.T) {
 	}
 	if got := f.read(t, now, nil)[string(rule.Key())+"/tok"]; got != 11*1_100-40 {
 		t.Fatalf("settled from the stream, the rule holds %d, want 11 × (100 + 200 × 5) − 40", got)
+	}
+}
+
+// A request refused by a window of Bedrock's quota can go with a lower
+// output cap (gateway.clamp_max_tokens_floor): one that fits counting each
+// output token five times, not once.
+func TestBedrockQuotaClamp(t *testing.T) {
+	fake := bedrocktest.New(t, bedrockRegion)
+	p, _ := bedrock.New(bedrock.Config{Name: "bedrock", Endpoint: fake.URL, AWS: staticAWS})
+	rs, err := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeModel, Subject: "bedrock/" + bedrockQuotaModel, Period: time.Minute,
+		MaxTokens: 6_000, Quota: limiter.QuotaBedrock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})
+	cat, _ := providers.NewCatalog([]providers.Provider{p}, nil, nil)
+	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat, ClampFloor: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(
+			`{"model":"bedrock/`+bedrockQuotaModel+`","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := chat(); w.Code != 200 || w.Header().Get(proxy.HeaderClamped) != "" {
+		t.Fatalf("first request: %d, clamped %q", w.Code, w.Header().Get(proxy.HeaderClamped))
+	}
+	// About 1,000 tokens are left: a cap of about 200, charged × 5, fits.
+	w := chat()
+	clamped, _ := strconv.ParseInt(w.Header().Get(proxy.HeaderClamped), 10, 64)
+	if w.Code != 200 || clamped < 100 || clamped > 200 {
+		t.Fatalf("second request: %d, clamped to %q; want a cap of at most (6,000 − 5,100 − prompts) / 5", w.Code, w.Header().Get(proxy.HeaderClamped))
+	}
+	var sent struct {
+		InferenceConfig struct {
+			MaxTokens int64 `json:"maxTokens"`
+		} `json:"inferenceConfig"`
+	}
+	_ = json.Unmarshal(fake.Last().Body, &sent)
+	if sent.InferenceConfig.MaxTokens != clamped {
+		t.Fatalf("Bedrock got maxTokens %d, the header says %d", sent.InferenceConfig.MaxTokens, clamped)
 	}
 }
