@@ -332,8 +332,9 @@ var (
 // token counter the lease charged, used − reserved in that counter's
 // dimension (on a charge with a Burndown, Bedrock's: uncached input +
 // output × Burndown − (reserved input + reserved output × Burndown), so
-// cache reads and unused output are given back); for a budget, the actual cost less the reserved cost (at the
-// lease's price); for a token bucket, that many tokens of refill time.
+// cache reads and unused output are given back); for a budget, the actual
+// cost less the reserved cost (at the lease's price); for a token bucket,
+// that many tokens of refill time.
 // Negative deltas only when the usage is exact. The result has one entry
 // per lease charge (0 for charges that are not corrected).
 //

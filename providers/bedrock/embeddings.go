@@ -141,6 +141,9 @@ func (p *Provider) titan(ctx context.Context, model string, texts []string, dims
 					Tokens    count     `json:"inputTextTokenCount"`
 				}
 				n, perr := p.invokeJSON(ctx, model, body, &out)
+				if perr == nil && len(out.Embedding) == 0 {
+					perr = &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadGateway, Err: errors.New("a Titan answer without an embedding")}
+				}
 				if perr != nil {
 					mu.Lock()
 					if first == nil {
