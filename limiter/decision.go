@@ -63,6 +63,11 @@ type Refusal struct {
 	Spent, Reserved int64
 	ReservedOnly    bool
 
+	// Burndown is what each output token counted for in Amount on a
+	// window of Bedrock's quota (see Charge.Burndown); 0 for the standard
+	// arithmetic, where it counts once.
+	Burndown int64
+
 	// charge and state are the refusing counter's, for RoomAt.
 	charge *Charge
 	state  State

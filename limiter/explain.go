@@ -24,6 +24,10 @@ type ExplainedRule struct {
 	Limit int64
 	// Amount is what the request would charge.
 	Amount int64
+	// Burndown is the output burndown a QuotaBedrock token window charges
+	// at: Amount is input + max output × Burndown (0 for the standard
+	// arithmetic).
+	Burndown int64
 	// Used is what the counter holds now (a bucket: what its refill
 	// lacks, in units); Remaining what the rule leaves.
 	Used      int64
@@ -44,7 +48,7 @@ type ExplainedRule struct {
 // refusal. Another request may of course change the answer a moment
 // later.
 func (l *Limiter) Explain(ctx context.Context, now time.Time, req Request) (Explanation, error) {
-	if !validAmount(req.InputTokens) || !validAmount(req.OutputTokens) {
+	if !req.valid() {
 		return Explanation{}, ErrInvalidAmount
 	}
 	rs := l.rules.Load()
@@ -111,6 +115,7 @@ func (l *Limiter) Explain(ctx context.Context, now time.Time, req Request) (Expl
 			Kind:        c.Counter.Kind,
 			Limit:       c.owner.limitOf(c.Counter.Kind),
 			Amount:      c.Amount,
+			Burndown:    c.Burndown,
 			Used:        st.Cur,
 			Remaining:   q.Remaining,
 			WouldRefuse: st.Refused,

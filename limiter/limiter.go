@@ -80,6 +80,11 @@ type Request struct {
 	// reservation (max_tokens, or a default when the client sets none).
 	InputTokens  int64
 	OutputTokens int64
+	// OutputBurndown is how many tokens of a QuotaBedrock rule one output
+	// token of the serving model counts for (Bedrock's burndown: 5 for
+	// recent Claude models); 0 is 1. Rules of the standard quota ignore
+	// it.
+	OutputBurndown int64
 	// Price is what the request's tokens cost, for budgets, which it
 	// reserves InputTokens and OutputTokens at; a zero price charges
 	// budgets nothing (the gateway never leaves a model unpriced).
@@ -109,7 +114,7 @@ type Request struct {
 // room. A refusal after which the store reclaimed slots is charged once
 // more, under a new lease.
 func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decision, error) {
-	if !validAmount(req.InputTokens) || !validAmount(req.OutputTokens) || req.LeaseTTL < 0 {
+	if !req.valid() || req.LeaseTTL < 0 {
 		return Decision{}, ErrInvalidAmount
 	}
 	var buf [16]match
@@ -184,6 +189,11 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		return admitted(now, placed, out2.States, lease), nil
 	}
 	return refuse(now, placed, out2.States, spread), nil
+}
+
+// valid reports whether the request's amounts may be charged.
+func (req *Request) valid() bool {
+	return validAmount(req.InputTokens) && validAmount(req.OutputTokens) && req.OutputBurndown >= 0 && req.OutputBurndown <= MaxBurndown
 }
 
 func admitted(now time.Time, charges []Charge, states []State, lease *Lease) Decision {
@@ -295,6 +305,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 	}
 	charges := make([]Charge, 0, n)
 	var inFlight, tokens bool
+	burndown := max(req.OutputBurndown, 1)
 	add := func(m match, kind Kind, limit, amount int64) {
 		if limit <= 0 {
 			return
@@ -305,6 +316,9 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		}
 		c := r.newCharge(now, m.child, kind, limit, 0)
 		c.Amount = amount
+		if kind == KindTokens && r.Quota == QuotaBedrock {
+			c.Burndown = burndown
+		}
 		shards := layoutOf(c.Counter)
 		if shards == 1 {
 			charges = append(charges, c)
@@ -314,6 +328,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		left := amount
 		for i := range shards {
 			p := r.newCharge(now, m.child, kind, limit, (first+i)%shards)
+			p.Burndown = c.Burndown
 			if left <= p.Limit || i == shards-1 || amount > limit {
 				p.Amount = left
 				charges = append(charges, p)
@@ -325,9 +340,15 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		}
 	}
 	total := SatAdd(req.InputTokens, req.OutputTokens)
+	bedrock := bedrockTokens(req.InputTokens, req.OutputTokens, burndown)
 	cost := req.Price.Cost(Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens})
 	for _, m := range ms {
 		r := m.rule
+		// tok is what the rule's max_tokens window is charged.
+		tok := total
+		if r.Quota == QuotaBedrock {
+			tok = bedrock
+		}
 		switch {
 		case r.Bucket != nil:
 			kind, units := KindRequests, int64(1)
@@ -384,22 +405,25 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			// member's own counter is charged beside it.
 			kind, limit, amount := KindRequests, r.MaxRequests, int64(1)
 			if limit <= 0 {
-				kind, limit, amount = KindTokens, r.MaxTokens, total
+				kind, limit, amount = KindTokens, r.MaxTokens, tok
 			}
 			proto := memberProto(now, r, m.child, kind, limit)
 			member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
 			c := r.newCharge(now, m.child, kind, max(1, l.fairLimit(now, r, r.FairShare, limit, member, proto)), 0)
 			c.Amount, c.member = amount, member
+			if kind == KindTokens && r.Quota == QuotaBedrock {
+				c.Burndown = burndown
+			}
 			charges = append(charges, c, memberCharge(c, member))
 			if kind == KindRequests {
-				add(m, KindTokens, r.MaxTokens, total)
+				add(m, KindTokens, r.MaxTokens, tok)
 			}
 			add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
 			add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
 			tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
 		default:
 			add(m, KindRequests, r.MaxRequests, 1)
-			add(m, KindTokens, r.MaxTokens, total)
+			add(m, KindTokens, r.MaxTokens, tok)
 			add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
 			add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
 			tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
@@ -603,6 +627,7 @@ func refusalOf(c *Charge, amount int64, wait time.Duration, retryable bool) Refu
 		RetryAfter: wait,
 		Retryable:  retryable,
 		End:        c.End,
+		Burndown:   c.Burndown,
 	}
 }
 

@@ -159,6 +159,9 @@ type Rule struct {
 	// Window is how a windowed rule counts: the sliding estimate, or fixed
 	// windows.
 	Window Window
+	// Quota is the arithmetic of the rule's max_tokens window: tollgate's
+	// own, or an upstream's (QuotaBedrock). Editing it keeps the counters.
+	Quota QuotaArithmetic
 	// Bucket, when set, makes the rule a token bucket instead of a window:
 	// Period and the Max fields are unused.
 	Bucket *Bucket
@@ -282,6 +285,7 @@ func (r Rule) Problems() []error {
 	if r.FairShare != nil {
 		errs = append(errs, r.FairShare.problems(r)...)
 	}
+	errs = append(errs, r.quotaProblems()...)
 	switch r.Scope {
 	case ScopeUserPath:
 		if _, err := ParseUserPath(r.Subject); err != nil {

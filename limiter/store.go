@@ -90,6 +90,12 @@ type Charge struct {
 	Limit int64 // the limit, or this shard's share of it; a bucket's capacity in ns
 	// Amount is what the charge adds: units, or a bucket's units × Unit.
 	Amount int64
+	// Burndown, set on the token charges of a QuotaBedrock rule, is the
+	// output burndown the request was charged at (≥ 1): the settlement
+	// corrects the charge from input + reserved output × Burndown to
+	// uncached input + output × Burndown. 0 is the standard arithmetic.
+	// A store records it with the lease, so settlement needs nothing else.
+	Burndown int64
 	// PrevFrom, when set, replaces Counter.Previous() as the previous
 	// window's count: the sum of these counters times PrevShare
 	// (numerator, denominator), rounded up. It is set in the first window
@@ -241,6 +247,10 @@ type Usage struct {
 	// (Anthropic). Either way a budget charges them at the cached price.
 	CachedInputTokens int64
 	CachedInInput     bool
+	// CacheWriteInputTokens are the input tokens written to a provider's
+	// prompt cache, a part of InputTokens (as Anthropic and Bedrock count
+	// them towards their limits).
+	CacheWriteInputTokens int64
 	// Exact is false when the count may be short: the stream broke, the
 	// provider reported nothing, the process died. Such a count never
 	// refunds a reservation.
@@ -256,6 +266,7 @@ func (u Usage) Clamped() Usage {
 	u.InputTokens = clampAmount(u.InputTokens)
 	u.OutputTokens = clampAmount(u.OutputTokens)
 	u.CachedInputTokens = clampAmount(u.CachedInputTokens)
+	u.CacheWriteInputTokens = min(clampAmount(u.CacheWriteInputTokens), u.InputTokens)
 	return u
 }
 
@@ -325,8 +336,11 @@ var (
 
 // Corrections returns the per-charge deltas a settlement applies: for each
 // token counter the lease charged, used − reserved in that counter's
-// dimension; for a budget, the actual cost less the reserved cost (at the
-// lease's price); for a token bucket, that many tokens of refill time.
+// dimension (on a charge with a Burndown, Bedrock's: uncached input +
+// output × Burndown − (reserved input + reserved output × Burndown), so
+// cache reads and unused output are given back); for a budget, the actual
+// cost less the reserved cost (at the lease's price); for a token bucket,
+// that many tokens of refill time.
 // Negative deltas only when the usage is exact. The result has one entry
 // per lease charge (0 for charges that are not corrected).
 //
@@ -336,13 +350,7 @@ var (
 // refunded more than it was charged.
 func Corrections(s Settlement) []int64 {
 	out := make([]int64, len(s.Lease.Charges))
-	used := Usage{
-		InputTokens:       clampAmount(s.Used.InputTokens),
-		OutputTokens:      clampAmount(s.Used.OutputTokens),
-		CachedInputTokens: clampAmount(s.Used.CachedInputTokens),
-		CachedInInput:     s.Used.CachedInInput,
-		Exact:             s.Used.Exact,
-	}
+	used := s.Used.Clamped()
 	done := make([]bool, len(s.Lease.Charges))
 	for i, c := range s.Lease.Charges {
 		if done[i] {
@@ -352,6 +360,10 @@ func Corrections(s Settlement) []int64 {
 		switch c.Counter.Kind {
 		case KindTokens:
 			u, reserved = used.Total(), SatAdd(s.Lease.Reserved.InputTokens, s.Lease.Reserved.OutputTokens)
+			if c.Burndown > 0 {
+				u = bedrockTokens(used.uncachedInput(), used.OutputTokens, c.Burndown)
+				reserved = bedrockTokens(s.Lease.Reserved.InputTokens, s.Lease.Reserved.OutputTokens, c.Burndown)
+			}
 		case KindInputTokens:
 			u, reserved = used.InputTokens, s.Lease.Reserved.InputTokens
 		case KindOutputTokens:

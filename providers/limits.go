@@ -1,6 +1,9 @@
 package providers
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // MaxRequestTokens bounds any token count a client may ask for
 // (max_tokens and its equivalents): every provider takes a 32-bit integer
@@ -51,12 +54,10 @@ var maxOutput = []struct {
 }
 
 // MaxOutputTokens returns the largest output of a model when it is known:
-// "gpt-4o-2024-08-06" and "openai/gpt-4o" are gpt-4o.
+// "gpt-4o-2024-08-06" and "openai/gpt-4o" are gpt-4o, Bedrock's
+// "us.anthropic.claude-sonnet-4-20250514-v1:0" is claude-sonnet-4.
 func MaxOutputTokens(model string) (int64, bool) {
-	m := strings.ToLower(model)
-	if i := strings.LastIndexByte(m, '/'); i >= 0 {
-		m = m[i+1:]
-	}
+	m := BaseModelID(model)
 	best, n := -1, int64(0)
 	for i, e := range maxOutput {
 		if strings.HasPrefix(m, e.prefix) && (best < 0 || len(e.prefix) > len(maxOutput[best].prefix)) {
@@ -65,3 +66,29 @@ func MaxOutputTokens(model string) (int64, bool) {
 	}
 	return n, best >= 0
 }
+
+// BaseModelID returns a model id as its maker names it, lower-cased:
+// without a "provider/" (or ARN) prefix, nor Bedrock's geography of an
+// inference profile and vendor ("us.anthropic.", "global.",
+// "amazon."): "us.anthropic.claude-sonnet-4-5-20250929-v1:0" is
+// "claude-sonnet-4-5-20250929-v1:0".
+func BaseModelID(model string) string {
+	m := strings.ToLower(model)
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	if geo, rest, ok := strings.Cut(m, "."); ok && slices.Contains(bedrockGeographies, geo) {
+		m = rest
+	}
+	if vendor, rest, ok := strings.Cut(m, "."); ok && slices.Contains(bedrockVendors, vendor) {
+		m = rest
+	}
+	return m
+}
+
+// bedrockGeographies are the prefixes of Bedrock's cross-region inference
+// profiles; bedrockVendors the model providers Bedrock prefixes ids with.
+var (
+	bedrockGeographies = []string{"us", "eu", "apac", "jp", "au", "ca", "us-gov", "global"}
+	bedrockVendors     = []string{"anthropic", "amazon", "meta", "mistral", "cohere", "ai21", "deepseek", "openai", "qwen", "writer", "twelvelabs", "stability", "luma", "google", "nvidia", "minimax", "moonshot"}
+)

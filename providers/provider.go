@@ -76,6 +76,9 @@ type Request struct {
 	// them).
 	InputTokens int64
 	MaxTokens   int64
+	// Class is the request's traffic class ("interactive", "batch", …),
+	// for providers that map classes to a service tier.
+	Class string
 }
 
 // Usage is what an answer reports having used.
@@ -87,6 +90,9 @@ type Usage struct {
 	// Gemini), as the provider counts them towards its limits; Anthropic
 	// counts them apart.
 	CachedInInput bool
+	// CacheWriteInputTokens are the prompt tokens written to the cache, a
+	// part of InputTokens (Anthropic and Bedrock count them as input).
+	CacheWriteInputTokens int64
 	// Reported is false when the upstream gave no usage (or the stream broke
 	// before it): the counts are then at most what was seen.
 	Reported bool
@@ -189,6 +195,15 @@ var ErrUnsupported = errors.New("not supported by this provider")
 // serve, for GET /v1/models.
 type ModelLister interface {
 	Models() []string
+}
+
+// Burndowner is implemented by providers whose quota counts each output
+// token of some models as several (Bedrock's output burndown), for rules
+// with Bedrock's quota arithmetic.
+type Burndowner interface {
+	// OutputBurndown returns how many quota tokens one output token of
+	// model counts for: at least 1.
+	OutputBurndown(model string) int64
 }
 
 // Supporter is implemented by providers that can say up front which

@@ -262,14 +262,14 @@ func tableShape(v any) string {
 // and SSM path; nothing is granted on "*".
 func TestTemplateIAMIsScoped(t *testing.T) {
 	tpl := cfn(t, "../template.yaml")
-	allowed := regexp.MustCompile(`^(\{"Fn::GetAtt":"(CountersTable|LeasesTable|ConfigTable)\.(Arn|StreamArn)"\}|` +
+	allowed := regexp.MustCompile(`^(\{"Fn::GetAtt":"(CountersTable|LeasesTable|ConfigTable)\.(Arn|StreamArn)"\}|\{"Ref":"BedrockModelArns"\}|` +
 		`\{"Fn::Sub":"\$\{LeasesTable\.Arn\}/(index/by_expiry|stream/\*)"\}|` +
 		`\{"Fn::Sub":"arn:\$\{AWS::Partition\}:(ssm|secretsmanager):\$\{AWS::Region\}:\$\{AWS::AccountId\}:(parameter/|secret:)\$\{ParameterPath\}/\*"\})$`)
 	n := 0
 	for name, f := range resources(tpl, "AWS::Serverless::Function") {
 		for _, pol := range get(f, "Properties", "Policies").([]any) {
-			for _, st := range get(pol, "Statement").([]any) {
-				for _, r := range get(st, "Resource").([]any) {
+			for _, st := range statements(get(pol, "Statement").([]any)) {
+				for _, r := range resourceList(get(st, "Resource")) {
 					b, _ := json.Marshal(r)
 					if !allowed.Match(b) {
 						t.Errorf("%s grants %v on %s: not one of the project's own resources", name, get(st, "Action"), b)
@@ -286,6 +286,72 @@ func TestTemplateIAMIsScoped(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no IAM statements found")
+	}
+}
+
+// statements returns a policy's statements, those granted under a
+// condition (!If [cond, statement, !Ref AWS::NoValue]) included.
+func statements(sts []any) []any {
+	var out []any
+	for _, st := range sts {
+		if alt, ok := get(st, "Fn::If").([]any); ok && len(alt) == 3 {
+			out = append(out, alt[1])
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// resourceList is a statement's resources: a list, or one value (a
+// parameter that is a list).
+func resourceList(v any) []any {
+	if l, ok := v.([]any); ok {
+		return l
+	}
+	return []any{v}
+}
+
+// The gateway may invoke Bedrock models only as the BedrockModelArns
+// parameter names them, and by default none: the statement is granted
+// under a condition that the parameter is not empty, its only two actions
+// the ones Bedrock providers call (Converse and ConverseStream are
+// authorised as InvokeModel and InvokeModelWithResponseStream).
+func TestTemplateBedrockAccess(t *testing.T) {
+	tpl := cfn(t, "../template.yaml")
+	param := get(tpl, "Parameters", "BedrockModelArns")
+	if get(param, "Type") != "CommaDelimitedList" || get(param, "Default") != "" {
+		t.Fatalf("BedrockModelArns parameter %v", param)
+	}
+	cond, _ := json.Marshal(get(tpl, "Conditions", "HasBedrockModels"))
+	if string(cond) != `{"Fn::Not":[{"Fn::Equals":[{"Fn::Join":[",",{"Ref":"BedrockModelArns"}]},""]}]}` {
+		t.Fatalf("HasBedrockModels is %s", cond)
+	}
+	var granted []string
+	for name, f := range resources(tpl, "AWS::Serverless::Function") {
+		for _, pol := range get(f, "Properties", "Policies").([]any) {
+			for _, st := range get(pol, "Statement").([]any) {
+				b, _ := json.Marshal(st)
+				if !strings.Contains(string(b), "bedrock:") {
+					continue
+				}
+				granted = append(granted, name)
+				alt, _ := get(st, "Fn::If").([]any)
+				if len(alt) != 3 || alt[0] != "HasBedrockModels" || get(alt[2], "Ref") != "AWS::NoValue" {
+					t.Fatalf("%s grants Bedrock unconditionally: %s", name, b)
+				}
+				grant := alt[1]
+				actions, _ := json.Marshal(get(grant, "Action"))
+				res, _ := json.Marshal(get(grant, "Resource"))
+				if get(grant, "Effect") != "Allow" || string(actions) != `["bedrock:InvokeModel","bedrock:InvokeModelWithResponseStream"]` ||
+					string(res) != `{"Ref":"BedrockModelArns"}` {
+					t.Fatalf("%s's Bedrock grant: %s", name, b)
+				}
+			}
+		}
+	}
+	if !slices.Equal(granted, []string{"GatewayFunction"}) {
+		t.Fatalf("Bedrock granted to %v, want the gateway alone", granted)
 	}
 }
 

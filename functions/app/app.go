@@ -296,6 +296,7 @@ func (a *App) BuildAdmin() error {
 	}
 	a.Admin, err = adminapi.New(adminapi.Config{
 		Providers:     providers,
+		Burndown:      burndowns(a.Config.Providers),
 		Stats:         stats,
 		Estimates:     est,
 		Store:         a.ConfigStore,

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/tollgate/tollgate/functions/config"
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/secrets"
 	"github.com/tollgate/tollgate/providers"
 	"github.com/tollgate/tollgate/providers/anthropic"
+	"github.com/tollgate/tollgate/providers/bedrock"
 	"github.com/tollgate/tollgate/providers/gemini"
 	"github.com/tollgate/tollgate/providers/mock"
 	"github.com/tollgate/tollgate/providers/openai"
@@ -60,6 +62,10 @@ func newProvider(s config.ProviderSpec, settings config.Settings) (providers.Pro
 		return anthropic.New(anthropic.Config{Name: s.Name, BaseURL: s.BaseURL, APIKey: s.APIKey, Models: s.Models, Timeout: s.Timeout})
 	case "gemini":
 		return gemini.New(gemini.Config{Name: s.Name, BaseURL: s.BaseURL, APIKey: s.APIKey, Models: s.Models, Timeout: s.Timeout})
+	case "bedrock":
+		// The SDK's default credential chain, loaded on the first call.
+		return bedrock.New(bedrock.Config{Name: s.Name, Region: s.Region, Endpoint: s.BaseURL, Models: s.Models, Timeout: s.Timeout,
+			Burndown: s.Burndown, ServiceTiers: s.ServiceTiers})
 	case "mock":
 		return mock.New(s.Name, settings.MockLatency), nil
 	}
@@ -102,4 +108,19 @@ func (a *App) resolveKeys(ctx context.Context, specs []config.ProviderSpec) erro
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// burndowns returns the output burndown of a provider's model as the
+// gateway charges it to rules of Bedrock's quota: the Bedrock provider's
+// table and overrides, 1 for any other provider; for explain, which has no
+// provider instances.
+func burndowns(specs []config.ProviderSpec) func(provider, model string) int64 {
+	return func(provider, model string) int64 {
+		for _, s := range specs {
+			if strings.EqualFold(s.Name, provider) && s.Type == "bedrock" {
+				return bedrock.Burndown(model, s.Burndown)
+			}
+		}
+		return 1
+	}
 }

@@ -255,6 +255,9 @@ type limitSpec struct {
 	Shards          int    `yaml:"shards" json:"shards"`
 	// Window is sliding (default) or fixed.
 	Window string `yaml:"window" json:"window"`
+	// Quota is standard (default) or bedrock: Bedrock's arithmetic for
+	// max_tokens (input + max output × the model's output burndown).
+	Quota string `yaml:"quota" json:"quota"`
 	// Capacity and RefillPerSecond make a token bucket instead of a
 	// window, of requests or (Unit tokens) tokens.
 	Capacity        int64   `yaml:"capacity" json:"capacity"`
@@ -534,6 +537,11 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 		if l.Window != "" {
 			errs = append(errs, errors.New("window: a bucket has no window"))
 		}
+		if l.Quota != "" {
+			q, err := limiter.ParseQuota(l.Quota)
+			errs = append(errs, err)
+			r.Quota = q
+		}
 		if l.FairShare != nil {
 			r.FairShare = l.FairShare.fairShare()
 		}
@@ -546,6 +554,9 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 	w, err := limiter.ParseWindow(l.Window)
 	errs = append(errs, err)
 	r.Window = w
+	q, err := limiter.ParseQuota(l.Quota)
+	errs = append(errs, err)
+	r.Quota = q
 	if fs := l.FairShare; fs != nil {
 		r.FairShare = fs.fairShare()
 	}

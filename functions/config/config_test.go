@@ -442,3 +442,58 @@ func TestBudgetFairShareConfig(t *testing.T) {
 		t.Fatalf("budget fair share %+v", cfg.Rules[0])
 	}
 }
+
+// A bedrock provider: region, models as Bedrock ids, burndown overrides
+// and service tiers; no key; the endpoint from the SDK's own variable
+// (unless endpoints are ignored); quota: bedrock on provider and model
+// rules.
+func TestBedrockProvider(t *testing.T) {
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/bedrock.yaml", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "http://127.0.0.1:9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Providers[0]
+	if p.Type != "bedrock" || p.Region != "us-east-1" || p.BaseURL != "http://127.0.0.1:9" || p.APIKey != "" ||
+		p.Burndown["anthropic.claude-3-5-sonnet"] != 2 || p.ServiceTiers["batch"] != "flex" || len(p.Models) != 2 {
+		t.Fatalf("provider %+v", p)
+	}
+	if len(cfg.Rules) != 2 || cfg.Rules[0].Quota != limiter.QuotaBedrock || cfg.Rules[1].Quota != limiter.QuotaBedrock || cfg.Rules[1].MaxTokens != 60_000 {
+		t.Fatalf("rules %+v", cfg.Rules)
+	}
+	if w := cfg.Warnings(); len(w) != 0 {
+		t.Fatalf("warnings %v", w)
+	}
+	cfg, err = load(t, Env{"TOLLGATE_CONFIG": "testdata/bedrock.yaml", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "http://127.0.0.1:9",
+		"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true"})
+	if err != nil || cfg.Providers[0].BaseURL != "" {
+		t.Fatalf("endpoints ignored: %v %q", err, cfg.Providers[0].BaseURL)
+	}
+	cfg, err = load(t, Env{"TOLLGATE_CONFIG": "", "SET_PROVIDER_RATE_LIMIT_BEDROCK": `[{"period":"minute","max_tokens":60000,"quota":"bedrock"}]`})
+	if err != nil || len(cfg.Rules) != 1 || cfg.Rules[0].Quota != limiter.QuotaBedrock {
+		t.Fatalf("quota from the environment: %v %+v", err, cfg.Rules)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.Contains(w[0], "not configured") {
+		t.Fatalf("warnings %v", w)
+	}
+}
+
+func TestBadBedrockProvider(t *testing.T) {
+	_, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/bad_bedrock.yaml", "K": "k"})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{
+		`providers[0]: a bedrock provider has no API key`,
+		`providers[0].region: "mars-1" is not an AWS region`,
+		`"anthropic.claude-sonnet-4": 0 is outside 1..100`,
+		`providers[0].service_tiers.batch: "cheap" is not a service tier`,
+		`providers[1]: region, burndown and service_tiers are for bedrock providers`,
+		`rate_limits.user_paths[0].limits[0]: quota: bedrock counts an upstream's quota: only provider and model rules take it`,
+		`rate_limits.providers[0].limits[0]: unknown quota "vertex"`,
+		`rate_limits.providers[0].limits[1]: quota: bedrock is for token windows, not concurrency rules`,
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -31,6 +32,14 @@ type ProviderSpec struct {
 	Deployments map[string]string
 	// Timeout bounds the wait for an answer's headers.
 	Timeout time.Duration
+	// Bedrock only: the region ("" is the SDK's, AWS_REGION), per-model
+	// output burndown overrides (model id or id prefix → factor), and the
+	// service tier each traffic class asks for. Bedrock's BaseURL is its
+	// endpoint, from base_url, <NAME>_BASE_URL or
+	// AWS_ENDPOINT_URL_BEDROCK_RUNTIME; "" is the SDK's.
+	Region       string
+	Burndown     map[string]int64
+	ServiceTiers map[string]string
 }
 
 // AliasSpec is a virtual model.
@@ -53,6 +62,7 @@ var providerTypes = map[string]string{
 	"anthropic":  "https://api.anthropic.com",
 	"gemini":     "https://generativelanguage.googleapis.com",
 	"compatible": "",
+	"bedrock":    "",
 	"mock":       "",
 }
 
@@ -67,6 +77,9 @@ type providerYAML struct {
 	APIVersion      string            `yaml:"api_version"`
 	Deployments     map[string]string `yaml:"deployments"`
 	Timeout         string            `yaml:"timeout"`
+	Region          string            `yaml:"region"`
+	Burndown        map[string]int64  `yaml:"burndown"`
+	ServiceTiers    map[string]string `yaml:"service_tiers"`
 }
 
 type aliasYAML struct {
@@ -102,13 +115,14 @@ func (cfg *Config) loadProviders(specs []providerYAML, at func(...any) string) e
 		}
 		seen[strings.ToLower(p.Name)] = true
 		if _, ok := providerTypes[p.Type]; !ok {
-			errs = append(errs, fmt.Errorf("%s: type %q is not one of openai, azure, anthropic, gemini, compatible, mock", where, p.Type))
+			errs = append(errs, fmt.Errorf("%s: type %q is not one of openai, azure, anthropic, gemini, compatible, bedrock, mock", where, p.Type))
 			continue
 		}
 		spec := ProviderSpec{
 			Name: p.Name, Type: p.Type, BaseURL: p.BaseURL,
 			APIKeyEnv: p.APIKeyEnv, APIKeyParameter: p.APIKeyParameter, APIKeySecret: p.APIKeySecret,
 			Models: p.Models, APIVersion: p.APIVersion, Deployments: p.Deployments,
+			Region: p.Region, Burndown: p.Burndown, ServiceTiers: p.ServiceTiers,
 		}
 		sources := 0
 		for _, s := range []string{p.APIKeyEnv, p.APIKeyParameter, p.APIKeySecret} {
@@ -129,6 +143,7 @@ func (cfg *Config) loadProviders(specs []providerYAML, at func(...any) string) e
 		if (p.APIVersion != "" || len(p.Deployments) > 0) && p.Type != "azure" {
 			errs = append(errs, fmt.Errorf("%s: api_version and deployments are for azure providers", where))
 		}
+		errs = append(errs, bedrockProblems(p, sources, at, i)...)
 		cfg.Providers = append(cfg.Providers, spec)
 	}
 	return errors.Join(errs...)
@@ -189,6 +204,14 @@ func (cfg *Config) finishProviders(env Env) error {
 		if p.BaseURL == "" {
 			p.BaseURL = providerTypes[p.Type]
 		}
+		if p.Type == "bedrock" {
+			// No key: the SDK's credential chain (the function's role).
+			// The endpoint is the SDK's own variable when nothing else names one.
+			if p.BaseURL == "" && !strings.EqualFold(env["AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"], "true") {
+				p.BaseURL = env["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"]
+			}
+			continue
+		}
 		if p.BaseURL == "" && p.Type != "mock" {
 			errs = append(errs, fmt.Errorf("provider %q: base_url is required for type %s (or set %s_BASE_URL)", p.Name, p.Type, stem))
 		}
@@ -227,5 +250,53 @@ func (cfg *Config) Warnings() []string {
 				r.ID(), r.Subject, strings.Join(names, ", ")))
 		}
 	}
+	for _, r := range cfg.Rules {
+		if r.Quota != limiter.QuotaBedrock {
+			continue
+		}
+		name := r.Subject
+		if r.Scope == limiter.ScopeModel {
+			name, _, _ = strings.Cut(r.Subject, "/")
+		}
+		for _, p := range cfg.Providers {
+			if strings.EqualFold(p.Name, name) && p.Type != "bedrock" {
+				out = append(out, fmt.Sprintf("rule %s counts Bedrock's quota, but provider %q is of type %s, whose output counts once",
+					r.ID(), p.Name, p.Type))
+			}
+		}
+	}
 	return out
 }
+
+// bedrockProblems checks what is Bedrock's alone: a region, burndown
+// overrides and service tiers, and no API key (requests are signed with
+// the SDK's credentials).
+func bedrockProblems(p providerYAML, keySources int, at func(...any) string, i int) []error {
+	var errs []error
+	where := at("providers", i)
+	if p.Type != "bedrock" {
+		if p.Region != "" || len(p.Burndown) > 0 || len(p.ServiceTiers) > 0 {
+			errs = append(errs, fmt.Errorf("%s: region, burndown and service_tiers are for bedrock providers", where))
+		}
+		return errs
+	}
+	if keySources > 0 {
+		errs = append(errs, fmt.Errorf("%s: a bedrock provider has no API key: requests are signed with the AWS SDK's credentials (the function's role)", where))
+	}
+	if p.Region != "" && !regionName.MatchString(p.Region) {
+		errs = append(errs, fmt.Errorf("%s: %q is not an AWS region", at("providers", i, "region"), p.Region))
+	}
+	for model, b := range p.Burndown {
+		if b < 1 || b > limiter.MaxBurndown {
+			errs = append(errs, fmt.Errorf("%s: %q: %d is outside 1..%d", at("providers", i, "burndown", model), model, b, limiter.MaxBurndown))
+		}
+	}
+	for class, tier := range p.ServiceTiers {
+		if tier != "default" && tier != "priority" && tier != "flex" {
+			errs = append(errs, fmt.Errorf("%s: %q is not a service tier (default, priority or flex)", at("providers", i, "service_tiers", class), tier))
+		}
+	}
+	return errs
+}
+
+var regionName = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-\d+$`)

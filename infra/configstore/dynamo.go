@@ -135,6 +135,9 @@ func ruleItem(r Rule) map[string]types.AttributeValue {
 	if r.Window != limiter.WindowSliding {
 		item["window"] = sv(r.Window.String())
 	}
+	if r.Quota != limiter.QuotaStandard {
+		item["quota"] = sv(r.Quota.String())
+	}
 	if b := r.Bucket; b != nil {
 		item["capacity"] = nv(b.Capacity)
 		item["refill_per_second"] = &types.AttributeValueMemberN{Value: strconv.FormatFloat(b.RefillPerSecond, 'g', -1, 64)}
@@ -191,6 +194,10 @@ func decodeRule(item map[string]types.AttributeValue) (Rule, error) {
 	var errs []error
 	if w := getS(item, "window"); w != "" {
 		r.Window, err = limiter.ParseWindow(w)
+		errs = append(errs, err)
+	}
+	if q := getS(item, "quota"); q != "" {
+		r.Quota, err = limiter.ParseQuota(q)
 		errs = append(errs, err)
 	}
 	if _, ok := item["capacity"]; ok {

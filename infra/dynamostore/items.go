@@ -128,11 +128,12 @@ const (
 	attrUsedCached  = "used_cached"
 	attrExact       = "exact"
 	attrFinishedAt  = "finished_at"
-	attrAdmitted    = "adm"            // Unix milliseconds of the admission
-	attrReleased    = "rel"            // the lease's slots were given back when it ended
-	attrLate        = "late"           // completed after it had expired
-	attrPrice       = "price"          // "input output cached" µ$ per million tokens, for budgets
-	attrCachedIn    = "used_cached_in" // the cached tokens are counted in used_in
+	attrAdmitted    = "adm"              // Unix milliseconds of the admission
+	attrReleased    = "rel"              // the lease's slots were given back when it ended
+	attrLate        = "late"             // completed after it had expired
+	attrPrice       = "price"            // "input output cached" µ$ per million tokens, for budgets
+	attrCachedIn    = "used_cached_in"   // the cached tokens are counted in used_in
+	attrUsedWrite   = "used_cache_write" // of used_in, written to the prompt cache; absent for none
 )
 
 // leaseItem encodes an active lease. active names its partition of the
@@ -177,7 +178,9 @@ func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.Attr
 
 // encodeCharge writes what settling a charge needs: "amount period key",
 // where a fixed window's period is followed by "f" and its end (Unix
-// seconds), a bucket's by "b" and its nanoseconds per unit: "1 86400f1767225600 …".
+// seconds), a bucket's by "b" and its nanoseconds per unit: "1 86400f1767225600 …";
+// then, for a charge at Bedrock's arithmetic, "x" and its output burndown:
+// "5100 60x5 …".
 func encodeCharge(c *limiter.Charge) string {
 	period := strconv.FormatInt(int64(c.Period/time.Second), 10)
 	switch c.Shape {
@@ -185,6 +188,9 @@ func encodeCharge(c *limiter.Charge) string {
 		period += "f" + strconv.FormatInt(c.End.Unix(), 10)
 	case limiter.ShapeBucket:
 		period += "b" + strconv.FormatInt(c.Unit, 10)
+	}
+	if c.Burndown > 0 {
+		period += "x" + strconv.FormatInt(c.Burndown, 10)
 	}
 	return strconv.FormatInt(c.Amount, 10) + " " + period + " " + CounterKey(c.Counter)
 }
@@ -232,6 +238,8 @@ func DecodeLease(item map[string]types.AttributeValue) (LeaseRecord, error) {
 		CachedInputTokens: num(attrUsedCached),
 		CachedInInput:     boolean(item, attrCachedIn),
 		Exact:             boolean(item, attrExact),
+		// Absent for none, and in the records of older versions.
+		CacheWriteInputTokens: num(attrUsedWrite),
 	}
 	if r.Lease.ID == "" {
 		errs = append(errs, errors.New("lease item without id"))
@@ -270,6 +278,13 @@ func decodeCharge(v types.AttributeValue) (limiter.Charge, error) {
 		return limiter.Charge{}, bad
 	}
 	ch := limiter.Charge{Counter: c, Amount: a}
+	if p, burndown, ok := strings.Cut(period, "x"); ok {
+		b, err := strconv.ParseInt(burndown, 10, 64)
+		if err != nil || b < 1 || b > limiter.MaxBurndown {
+			return limiter.Charge{}, bad
+		}
+		period, ch.Burndown = p, b
+	}
 	secs, shape := period, ""
 	if i := strings.IndexAny(period, "fb"); i >= 0 {
 		secs, shape = period[:i], period[i:]

@@ -143,3 +143,32 @@ func TestCounterItemStaysUnderOneKB(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A charge at Bedrock's arithmetic keeps its output burndown in the lease
+// record, the one thing its settlement needs beyond the standard charge;
+// a record without one decodes as the standard arithmetic.
+func TestBedrockChargeRoundTrip(t *testing.T) {
+	w := int64(29_523_456)
+	for _, c := range []limiter.Charge{
+		{Counter: limiter.Counter{Rule: "model:bedrock/us.anthropic.claude-sonnet-4-5:60", Kind: limiter.KindTokens, Window: w}, Period: time.Minute, Amount: 5100, Burndown: 5},
+		{Counter: limiter.Counter{Rule: "provider:bedrock:60", Kind: limiter.KindTokens, Window: w, Shard: 1, Shards: 4}, Period: time.Minute, Amount: 2000, Burndown: 1},
+		{Counter: limiter.Counter{Rule: "provider:bedrock:60", Kind: limiter.KindTokens, Window: w}, Period: time.Minute,
+			Shape: limiter.ShapeFixed, End: time.Unix((w+1)*60, 0).UTC(), Amount: 5100, Burndown: 5},
+		{Counter: limiter.Counter{Rule: "provider:bedrock:60", Kind: limiter.KindTokens, Window: w}, Period: time.Minute, Amount: 1100},
+	} {
+		got, err := decodeCharge(sv(encodeCharge(&c)))
+		if err != nil || got.Counter != c.Counter || got.Amount != c.Amount || got.Burndown != c.Burndown || got.Shape != c.Shape || !got.End.Equal(c.End) {
+			t.Errorf("%q decoded %+v, %v; want %+v", encodeCharge(&c), got, err, c)
+		}
+	}
+	key := CounterKey(limiter.Counter{Rule: "provider:bedrock:60", Kind: limiter.KindTokens, Window: w})
+	for _, bad := range []string{"5100 60x " + key, "5100 60x0 " + key, "5100 60x101 " + key, "5100 60x-5 " + key, "5100 x5 " + key} {
+		if c, err := decodeCharge(sv(bad)); err == nil {
+			t.Errorf("decodeCharge(%q) accepted: %+v", bad, c)
+		}
+	}
+	rec, err := DecodeLease(map[string]types.AttributeValue{attrID: sv("l1"), attrUsedIn: n(60), attrUsedWrite: n(10), attrExact: b(true)})
+	if err != nil || rec.Used.CacheWriteInputTokens != 10 || rec.Used.InputTokens != 60 {
+		t.Fatalf("cache writes decoded %+v, %v", rec.Used, err)
+	}
+}

@@ -165,6 +165,10 @@ func (s *Store) finishLease(ctx context.Context, now time.Time, id, status, from
 		values[":uo"] = n(used.OutputTokens)
 		values[":uc"] = n(used.CachedInputTokens)
 		values[":ex"] = b(used.Exact)
+		if used.CacheWriteInputTokens > 0 {
+			set = append(set, attrUsedWrite+" = :uw")
+			values[":uw"] = n(used.CacheWriteInputTokens)
+		}
 	}
 	if released != nil {
 		set = append(set, attrReleased+" = :rel")

@@ -523,3 +523,56 @@ func (run InFlightRun) Drive(t *testing.T, ls []*limiter.Limiter) (bIn, bAsked, 
 	}
 	return bIn, bAsked, aIn
 }
+
+// Bedrock's quota arithmetic through the store, on two clients: a Claude
+// model rule of 60,000 tokens a minute charges a request of 100 prompt
+// tokens and max_tokens 1,000 at 100 + 1,000 × 5, so 11 are admitted and
+// the 12th is refused; settled (twice: exactly once) to 200 output tokens
+// each, the rule holds 100 + 200 × 5 per request, and the 40 cache-read
+// tokens of one are given back.
+func testBedrockQuota(t *testing.T, open Opener) {
+	const model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+	rule := limiter.Rule{Scope: limiter.ScopeModel, Subject: "bedrock/" + model, Period: time.Minute, MaxTokens: 60_000, Quota: limiter.QuotaBedrock}
+	ls := []*limiter.Limiter{newLimiter(t, open(), rule), newLimiter(t, open(), rule)}
+	now := T0.Add(3*time.Hour + 5*time.Second)
+	var leases []*limiter.Lease
+	for i := range 12 {
+		d, err := ls[i%2].Admit(context.Background(), now, limiter.Request{
+			ID: fmt.Sprintf("%s-%d", t.Name(), i), Subject: limiter.Subject{UserPath: "/team/app", Provider: "bedrock", Model: model},
+			Route: "chat", InputTokens: 100, OutputTokens: 1000, OutputBurndown: 5,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != (i < 11) {
+			t.Fatalf("request %d: allowed %v; want 11 admitted at 5,100 each", i+1, d.Allowed)
+		}
+		if d.Allowed {
+			leases = append(leases, d.Lease)
+		}
+	}
+	s := open()
+	var ss []limiter.Settlement
+	for i, l := range leases {
+		used := limiter.Usage{InputTokens: 100, OutputTokens: 200, Exact: true}
+		if i == 0 {
+			used = limiter.Usage{InputTokens: 60, CacheWriteInputTokens: 10, CachedInputTokens: 40, OutputTokens: 200, Exact: true}
+		}
+		if err := s.Complete(context.Background(), now, l, used); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, limiter.Settlement{Lease: l, Used: used})
+	}
+	for range 2 {
+		if _, err := s.Settle(context.Background(), ss); err != nil {
+			t.Fatal(err)
+		}
+	}
+	us, err := ls[0].AllUsage(context.Background(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(us) != 1 || us[0].Dimensions[0].Used != 11*1_100-40 {
+		t.Fatalf("settled, the rule holds %+v, want %d", us, 11*1_100-40)
+	}
+}

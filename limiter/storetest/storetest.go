@@ -59,6 +59,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"BillExactlyOnce", testBillExactlyOnce},
 		{"FairShare", testFairShare},
 		{"FairShareInFlight", testFairShareInFlight},
+		{"BedrockQuota", testBedrockQuota},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,6 +64,9 @@ type Config struct {
 	Stats metrics.StatsStore
 	// Providers are listed by GET /admin/overview.
 	Providers []Provider
+	// Burndown is the output burndown of a provider's model, for explained
+	// requests on rules of Bedrock's quota (nil: 1).
+	Burndown func(provider, model string) int64
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
 	// KeyRevoked, when set, is told of each key revoked, so that this

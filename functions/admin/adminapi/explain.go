@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -48,6 +49,19 @@ type explainedRule struct {
 	Shadow       bool   `json:"shadow,omitempty"`
 	Overridden   bool   `json:"overridden,omitempty"`
 	Source       string `json:"source"`
+	// Quota and Arithmetic show how a token window of Bedrock's quota
+	// computed what it asks.
+	Quota      string      `json:"quota,omitempty"`
+	Arithmetic *arithmetic `json:"arithmetic,omitempty"`
+}
+
+// arithmetic is a Bedrock-quota charge, term by term.
+type arithmetic struct {
+	InputTokens     int64  `json:"input_tokens"`
+	MaxOutputTokens int64  `json:"max_output_tokens"`
+	OutputBurndown  int64  `json:"output_burndown"`
+	Charge          string `json:"charge"`
+	SettlesTo       string `json:"settles_to"`
 }
 
 type explainPrice struct {
@@ -113,14 +127,19 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	burndown := int64(1)
+	if h.cfg.Burndown != nil && in.Provider != "" {
+		burndown = min(max(h.cfg.Burndown(in.Provider, in.Model), 1), limiter.MaxBurndown)
+	}
 	req := limiter.Request{
-		ID:           "explain",
-		Subject:      limiter.Subject{UserPath: in.UserPath, Provider: in.Provider, Model: in.Model, Key: in.Key, Tags: tags},
-		Route:        "explain",
-		InputTokens:  in.InputTokens,
-		OutputTokens: outTokens,
-		Price:        price,
-		UserPathOnly: in.BatchRequest,
+		ID:             "explain",
+		Subject:        limiter.Subject{UserPath: in.UserPath, Provider: in.Provider, Model: in.Model, Key: in.Key, Tags: tags},
+		Route:          "explain",
+		InputTokens:    in.InputTokens,
+		OutputTokens:   outTokens,
+		OutputBurndown: burndown,
+		Price:          price,
+		UserPathOnly:   in.BatchRequest,
 	}
 	ex, err := h.cfg.Limiter.Explain(r.Context(), h.cfg.Now(), req)
 	if err != nil {
@@ -129,7 +148,7 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	out := map[string]any{
 		"decision": decisionOf(ex.Decision),
-		"rules":    explainedRules(ex.Rules),
+		"rules":    explainedRules(ex.Rules, req),
 		"price": explainPrice{
 			InputUSDPerMillion:       limiter.FormatUSD(price.Input),
 			OutputUSDPerMillion:      limiter.FormatUSD(price.Output),
@@ -170,7 +189,7 @@ func refusalName(r *limiter.Refusal) string {
 	return name
 }
 
-func explainedRules(rules []limiter.ExplainedRule) []explainedRule {
+func explainedRules(rules []limiter.ExplainedRule, req limiter.Request) []explainedRule {
 	out := []explainedRule{}
 	for _, e := range rules {
 		ref := limiter.Refusal{Rule: e.Rule, Child: e.Child}
@@ -188,6 +207,17 @@ func explainedRules(rules []limiter.ExplainedRule) []explainedRule {
 		if e.WouldRefuse && e.Retryable {
 			ms := e.RetryAfter.Milliseconds()
 			er.RetryAfterMS = &ms
+		}
+		if e.Rule.Quota != limiter.QuotaStandard {
+			er.Quota = e.Rule.Quota.String()
+		}
+		if e.Burndown > 0 {
+			er.Arithmetic = &arithmetic{
+				InputTokens: req.InputTokens, MaxOutputTokens: req.OutputTokens, OutputBurndown: e.Burndown,
+				Charge: fmt.Sprintf("input + cache write + cache read + max output × burndown = %d + %d × %d = %d",
+					req.InputTokens, req.OutputTokens, e.Burndown, e.Amount),
+				SettlesTo: fmt.Sprintf("input + cache write + output × %d (cache reads and unused output given back)", e.Burndown),
+			}
 		}
 		out = append(out, er)
 	}

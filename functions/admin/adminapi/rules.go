@@ -21,6 +21,7 @@ type ruleInput struct {
 	Capacity        *int64    `json:"capacity"`
 	RefillPerSecond *float64  `json:"refill_per_second"`
 	Window          string    `json:"window"`
+	Quota           string    `json:"quota"`
 	Priority        int       `json:"priority"`
 	Always          bool      `json:"always"`
 	Shadow          bool      `json:"shadow"`
@@ -62,6 +63,7 @@ type ruleView struct {
 	RefillPerSecond float64    `json:"refill_per_second,omitempty"`
 	Unit            string     `json:"unit,omitempty"`
 	Window          string     `json:"window,omitempty"`
+	Quota           string     `json:"quota,omitempty"`
 	Priority        int        `json:"priority,omitempty"`
 	Always          bool       `json:"always,omitempty"`
 	Shadow          bool       `json:"shadow,omitempty"`
@@ -85,6 +87,9 @@ func viewOf(r limiter.Rule, version int64, updated time.Time) ruleView {
 	}
 	if r.Window == limiter.WindowFixed {
 		v.Window = r.Window.String()
+	}
+	if r.Quota != limiter.QuotaStandard {
+		v.Quota = r.Quota.String()
 	}
 	v.Ramp, v.FairShare = rampJSONOf(r.Ramp), fairJSONOf(r.FairShare)
 	if b := r.Bucket; b != nil {
@@ -181,6 +186,9 @@ func (in *ruleInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rule 
 	if rule.Window, err = limiter.ParseWindow(in.Window); err != nil {
 		*errs = append(*errs, fieldError{Field: "window", Message: err.Error()})
 	}
+	if rule.Quota, err = limiter.ParseQuota(in.Quota); err != nil {
+		*errs = append(*errs, fieldError{Field: "quota", Message: err.Error()})
+	}
 	if rule.Bucket != nil {
 		rule.Bucket = &limiter.Bucket{Tokens: rule.Bucket.Tokens}
 		if in.Capacity == nil || in.RefillPerSecond == nil {
@@ -218,6 +226,9 @@ func ruleInputOf(r limiter.Rule) input {
 	}
 	if r.Window == limiter.WindowFixed {
 		in.Window = r.Window.String()
+	}
+	if r.Quota != limiter.QuotaStandard {
+		in.Quota = r.Quota.String()
 	}
 	if b := r.Bucket; b != nil {
 		c, f := b.Capacity, b.RefillPerSecond

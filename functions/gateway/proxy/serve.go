@@ -195,12 +195,13 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 			ID: leaseID(reqID, attempt, i),
 			Subject: limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model,
 				Key: ex.caller.KeyID, Tags: ex.caller.Tags},
-			Route:        ex.op.String(),
-			InputTokens:  ex.chargedInput(),
-			OutputTokens: h.reservation(ctx, ex, t.Model),
-			Price:        price,
-			UserPathOnly: ex.userPathOnly,
-			Class:        ex.caller.Class,
+			Route:          ex.op.String(),
+			InputTokens:    ex.chargedInput(),
+			OutputTokens:   h.reservation(ctx, ex, t.Model),
+			OutputBurndown: burndownOf(t),
+			Price:          price,
+			UserPathOnly:   ex.userPathOnly,
+			Class:          ex.caller.Class,
 		}
 		if ex.session {
 			lr.LeaseTTL = h.cfg.RealtimeMaxSession
@@ -305,6 +306,15 @@ func (h *Handler) reservation(ctx context.Context, ex *exchange, model string) i
 	return min(limiter.SatMul(out, max(ex.choices, 1)), limiter.MaxAmount)
 }
 
+// burndownOf is how many quota tokens an output token of target t counts
+// for, for rules of Bedrock's quota: the provider's burndown, else 1.
+func burndownOf(t providers.Target) int64 {
+	if b, ok := t.Provider.(providers.Burndowner); ok {
+		return min(max(b.OutputBurndown(t.Model), 1), limiter.MaxBurndown)
+	}
+	return 1
+}
+
 // leaseID names the lease of one attempt at one target: the request id
 // made compact (its first 12 bytes, base64url), so that a slot, which
 // holds its lease's id, costs as little as it can.
@@ -374,6 +384,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		Header:      ex.header,
 		InputTokens: ex.inputTokens,
 		MaxTokens:   ex.maxTokens,
+		Class:       ex.caller.Class,
 	})
 	stopRenewing()
 	sessionID := ""
@@ -389,6 +400,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		CachedInputTokens: res.Usage.CachedInputTokens,
 		CachedInInput:     res.Usage.CachedInInput,
 		Exact:             res.Usage.Reported,
+
+		CacheWriteInputTokens: res.Usage.CacheWriteInputTokens,
 	}
 	if !used.Exact && used.InputTokens == 0 {
 		// The prompt went out whole even if the answer broke off.
@@ -434,6 +447,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		slog.Int64("used_input_tokens", used.InputTokens),
 		slog.Int64("used_output_tokens", used.OutputTokens),
 		slog.Int64("cached_input_tokens", used.CachedInputTokens),
+		slog.Int64("cache_write_input_tokens", used.CacheWriteInputTokens),
 		slog.Bool("usage_reported", used.Exact),
 		slog.Bool("client_gone", clientGone),
 		slog.Int64("duration_ms", h.cfg.Now().Sub(start).Milliseconds()),

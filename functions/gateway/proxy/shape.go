@@ -25,6 +25,9 @@ func (h *Handler) clamp(w http.ResponseWriter, ex *exchange, sk *skip) bool {
 	switch ref.Kind {
 	case limiter.KindTokens:
 		left = sk.decision.Tokens.Remaining - ex.inputTokens
+		if ref.Burndown > 1 {
+			left /= ref.Burndown // on Bedrock's quota each output token counts Burndown times
+		}
 	case limiter.KindOutputTokens:
 		left = sk.decision.Tokens.Remaining
 	default:
