@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -67,6 +68,7 @@ type App struct {
 	// what it holds of a key it revokes.
 	keyCache *configstore.KeyCache
 	// batchCursor is where the next look at pending batches starts.
+	batchMu     sync.Mutex
 	batchCursor string
 	// est reads learned estimates for the gateway and the admin API.
 	est *estimates

@@ -77,7 +77,9 @@ func (a *App) ChargeEndedBatches(ctx context.Context) (BatchReport, error) {
 	}
 	now := a.Clock()
 	var due []configstore.Batch
+	a.batchMu.Lock()
 	cursor := a.batchCursor
+	a.batchMu.Unlock()
 	for range batchPagesPerRun {
 		page, next, err := bs.PendingBatches(ctx, cursor, batchPage)
 		if err != nil {
@@ -94,7 +96,9 @@ func (a *App) ChargeEndedBatches(ctx context.Context) (BatchReport, error) {
 			break
 		}
 	}
+	a.batchMu.Lock()
 	a.batchCursor = cursor
+	a.batchMu.Unlock()
 	if len(due) == 0 {
 		return rep, nil
 	}
