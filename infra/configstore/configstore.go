@@ -56,7 +56,11 @@ type Key struct {
 	Tags []limiter.Tag
 	// Class is the traffic class of the key's requests ("" for the
 	// default), which X-Tollgate-Class cannot change.
-	Class     string
+	Class string
+	// Admin makes the key a delegated administrator of its user path's
+	// subtree: it may manage the keys, rules and budgets beneath its path
+	// through the admin API, never anything else (see adminapi).
+	Admin     bool
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: never
 	Revoked   bool
