@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -70,6 +71,16 @@ type App struct {
 	Metrics metrics.Sink
 	prom    *metrics.Prometheus
 	stats   *metrics.Stats // the dashboard's counts, kept in the store
+
+	// keyCache is the gateway's cache of managed keys (nil until
+	// BuildGateway, or without a master key).
+	keyCache *configstore.KeyCache
+
+	// runCtx lives as long as the process: the alert deliveries' workers
+	// run in it.
+	runCtx   context.Context
+	alertsMu sync.Mutex
+	alerts   *alerting // built on first use
 }
 
 // Logger returns the JSON logger every function logs with, at the level
@@ -88,7 +99,7 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	a := &App{Config: cfg, Log: log, Clock: time.Now}
+	a := &App{Config: cfg, Log: log, Clock: time.Now, runCtx: context.WithoutCancel(ctx)}
 	if cfg.Settings.MasterKey == "" && cfg.Settings.MasterKeyParameter != "" {
 		r, err := a.keys(ctx)
 		if err != nil {
@@ -238,6 +249,9 @@ func (a *App) BuildGateway() error {
 	if c, ok := a.Store.(proxy.Cooldowns); ok {
 		pc.Cooldowns = c
 	}
+	if a.stats != nil {
+		pc.Observer = a.stats
+	}
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh
 		pc.Pauses = a.Watcher.Pauses
@@ -248,7 +262,8 @@ func (a *App) BuildGateway() error {
 		}
 	}
 	if s.MasterKey != "" {
-		pc.Keys = keyResolver{cache: configstore.NewKeyCache(a.ConfigStore, 0), now: a.Clock}
+		a.keyCache = configstore.NewKeyCache(a.ConfigStore, 0)
+		pc.Keys = keyResolver{cache: a.keyCache, now: a.Clock}
 	}
 	if bs, ok := a.ConfigStore.(batchStore); ok {
 		pc.Batches = batchRecorder{store: bs}
@@ -288,7 +303,20 @@ func (a *App) BuildAdmin() error {
 	for _, p := range a.Config.Providers {
 		providers = append(providers, adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models})
 	}
+	var alerts adminapi.AlertLister
+	if al, ok := a.ConfigStore.(adminapi.AlertLister); ok {
+		alerts = al
+	}
 	a.Admin, err = adminapi.New(adminapi.Config{
+		Alerts:         alerts,
+		AlertsConfig:   a.AlertsSummary(),
+		AuditRetention: a.Config.Audit.Retention,
+		// A key revoked here is refused by this process's gateway at once.
+		OnRevoke: func(hash string) {
+			if a.keyCache != nil {
+				a.keyCache.Forget(hash)
+			}
+		},
 		Providers:     providers,
 		Stats:         stats,
 		Estimates:     est,

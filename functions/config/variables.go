@@ -31,6 +31,7 @@ var Variables = []Variable{
 	{Name: "AWS_REGION"},
 	{Name: "AWS_ENDPOINT_URL_DYNAMODB"},
 	{Name: "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"},
+	{Name: "TOLLGATE_ALERT_TOPIC_ARN"},
 }
 
 // LambdaVariables are the variables each function must have set inside

@@ -292,6 +292,10 @@ func NewKeyCache(src Source, ttl time.Duration) *KeyCache {
 	return &KeyCache{src: src, ttl: ttl, m: lru.New[string, cached](maxKeyEntries)}
 }
 
+// Forget drops what the cache holds of the key with this hash: a key
+// revoked on this instance is refused here at once.
+func (c *KeyCache) Forget(hash string) { c.m.Delete(hash) }
+
 // Lookup returns the live key with this secret at now, or ErrNotFound.
 func (c *KeyCache) Lookup(ctx context.Context, secret string, now time.Time) (Key, error) {
 	h := Hash(secret)
