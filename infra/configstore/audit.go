@@ -19,7 +19,7 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// The audit trail: one item ("audit", "<unix ms, 13 digits>#<random>")
+// The audit trail: one item ("audit", "<unix ms, 13 digits>-<random>")
 // per applied admin write, newest last by sort key, removed by TTL after
 // the retention the writer gives (DefaultAuditRetention).
 
@@ -79,7 +79,7 @@ const (
 func NewAuditID(t time.Time) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%013d#%s", max(t.UnixMilli(), 0), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%013d-%s", max(t.UnixMilli(), 0), hex.EncodeToString(b[:]))
 }
 
 // matches reports whether e is selected by q's filters.
@@ -145,7 +145,7 @@ func (d *Dynamo) Audit(ctx context.Context, q AuditQuery) (AuditPage, error) {
 	}
 	var start map[string]types.AttributeValue
 	if q.Cursor != "" {
-		if _, err := strconv.ParseInt(strings.SplitN(q.Cursor, "#", 2)[0], 10, 64); err != nil {
+		if _, err := strconv.ParseInt(strings.SplitN(q.Cursor, "-", 2)[0], 10, 64); err != nil {
 			return AuditPage{}, fmt.Errorf("%w: the cursor is not one a page gave", ErrBadCursor)
 		}
 		start = key(pkAudit, q.Cursor)
@@ -219,7 +219,7 @@ func (m *Memory) Audit(_ context.Context, q AuditQuery) (AuditPage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if q.Cursor != "" {
-		if _, err := strconv.ParseInt(strings.SplitN(q.Cursor, "#", 2)[0], 10, 64); err != nil {
+		if _, err := strconv.ParseInt(strings.SplitN(q.Cursor, "-", 2)[0], 10, 64); err != nil {
 			return AuditPage{}, fmt.Errorf("%w: the cursor is not one a page gave", ErrBadCursor)
 		}
 	}

@@ -44,8 +44,9 @@ const (
 	// id) each alert evaluation, per minute, for the burn-rate forecast.
 	StatsSpent = "spent"
 	// StatsHour is the review report's counts per rule and provider, per
-	// hour: "refused:<rule>", "reserved:<rule>", "used:<rule>",
-	// "stranded:<rule>", "admitted:<provider>", "upstream429:<provider>".
+	// hour: "refused:<rule>"; "reserved:<rule>|<dimension>", "used:…" and
+	// "stranded:…" (tokens or micro-dollars); "admitted:<provider>",
+	// "upstream429:<provider>".
 	StatsHour = "hour"
 	// StatsPeak is each rule's highest use an alert evaluation saw in the
 	// hour (a fraction of its limit, by rule id).
@@ -142,10 +143,11 @@ type Completion struct {
 	Exact   bool
 }
 
-// RuleUse is one rule's reservation and use by one request.
+// RuleUse is one rule's reservation and use by one request, in one
+// dimension (tokens, input_tokens, output_tokens, usd).
 type RuleUse struct {
-	Rule           string
-	Reserved, Used int64
+	Rule, Dimension string
+	Reserved, Used  int64
 }
 
 // MemberUse is what one fair-share member was charged on a rule.
@@ -282,10 +284,11 @@ func (s *Stats) Completed(c Completion) {
 		s.Add(StatsOps, OpsFairMember+":"+m.Rule+"|"+m.Member, float64(m.Units))
 	}
 	for _, r := range c.Rules {
-		s.Add(StatsHour, "reserved:"+r.Rule, float64(r.Reserved))
-		s.Add(StatsHour, "used:"+r.Rule, float64(r.Used))
+		name := r.Rule + "|" + r.Dimension
+		s.Add(StatsHour, "reserved:"+name, float64(r.Reserved))
+		s.Add(StatsHour, "used:"+name, float64(r.Used))
 		if r.Reserved > r.Used {
-			s.Add(StatsHour, "stranded:"+r.Rule, float64(r.Reserved-r.Used))
+			s.Add(StatsHour, "stranded:"+name, float64(r.Reserved-r.Used))
 		}
 	}
 }

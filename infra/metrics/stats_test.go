@@ -138,7 +138,7 @@ func TestOutcomesAndCompletions(t *testing.T) {
 	s.Outcome(Outcome{Kind: OutcomeUpstream429, Model: "gpt-4o", Provider: "openai", RetryAfter: time.Second, HasRetryAfter: true})
 	s.Outcome(Outcome{Kind: OutcomeWaited, Class: "batch", Model: "gpt-4o"})
 	s.Completed(Completion{UserPath: "/a", Provider: "anthropic", InputTokens: 10, OutputTokens: 5, CacheHeadroom: 300,
-		Rules: []RuleUse{{Rule: "user_path:/a:minute", Reserved: 110, Used: 15}}, Members: []MemberUse{{Rule: "provider:p:minute", Member: "/a", Units: 1}}})
+		Rules: []RuleUse{{Rule: "user_path:/a:minute", Dimension: "tokens", Reserved: 110, Used: 15}}, Members: []MemberUse{{Rule: "provider:p:minute", Member: "/a", Units: 1}}})
 	s.Count(Admitted, 1, "Route", "chat", "Provider", "openai")
 	s.Count(UpstreamRateLimited, 1, "Provider", "openai")
 	s.Count(Refused, 1, "Rule", "user_path:/a:minute", "Reason", "rate_limit")
@@ -159,7 +159,7 @@ func TestOutcomesAndCompletions(t *testing.T) {
 		t.Error("a user path's rule counted as a provider's bottleneck")
 	}
 	for name, want := range map[string]float64{
-		"reserved:user_path:/a:minute": 110, "used:user_path:/a:minute": 15, "stranded:user_path:/a:minute": 95,
+		"reserved:user_path:/a:minute|tokens": 110, "used:user_path:/a:minute|tokens": 15, "stranded:user_path:/a:minute|tokens": 95,
 		"refused:user_path:/a:minute": 1, "admitted:openai": 1, "upstream429:openai": 1,
 	} {
 		if hour[name] != want {

@@ -88,7 +88,7 @@ func (h *Handler) looser(p principal, rule limiter.Rule) (string, string) {
 		return "", ""
 	}
 	var binding []limiter.Rule
-	maxPriority := 0
+	maxPriority, top := 0, ""
 	for _, b := range h.cfg.Limiter.Rules().List() {
 		if b.Scope != limiter.ScopeUserPath || b.Key() == rule.Key() || !limiter.PathWithin(p.key.UserPath, b.Subject) {
 			continue
@@ -97,8 +97,8 @@ func (h *Handler) looser(p principal, rule limiter.Rule) (string, string) {
 			continue // counts each child of the key's path, not the path
 		}
 		binding = append(binding, b)
-		if !b.IsBudget() {
-			maxPriority = max(maxPriority, b.Priority)
+		if !b.IsBudget() && (top == "" || b.Priority > maxPriority) {
+			maxPriority, top = b.Priority, b.ID()
 		}
 	}
 	for _, b := range binding {
@@ -107,8 +107,9 @@ func (h *Handler) looser(p principal, rule limiter.Rule) (string, string) {
 				": a rule beneath it may not be looser than its parent's", b.ID()
 		}
 	}
-	if !rule.IsBudget() && rule.Priority > maxPriority && len(binding) > 0 {
-		return fmt.Sprintf("priority: %d is above the rules that bind %s (at most %d): it would lift them off the paths beneath", rule.Priority, p.key.UserPath, maxPriority), binding[0].ID()
+	if !rule.IsBudget() && rule.Priority > maxPriority && top != "" {
+		return fmt.Sprintf("priority: %d is above the %d of %s, which binds %s: it would lift that rule off the paths beneath",
+			rule.Priority, maxPriority, top, p.key.UserPath), top
 	}
 	return "", ""
 }
