@@ -57,17 +57,17 @@ type alerting struct {
 // evalTimeout bounds one evaluation's store calls.
 const evalTimeout = 10 * time.Second
 
-// newAlerting builds the evaluation when the configuration watches
-// anything and the stores can keep alerts; nil otherwise.
+// newAlerting builds the evaluation when the stores can keep alerts and
+// stats; nil otherwise. With nothing to watch it only samples the rules'
+// peak use, for the review report.
 func (a *App) newAlerting(ctx context.Context) (*alerting, error) {
 	ac := a.Config.Alerts
-	if !ac.Watch.Enabled() {
-		return nil, nil
-	}
 	store, ok := a.ConfigStore.(AlertStore)
 	stats, sok := a.Store.(metrics.StatsStore)
 	if !ok || !sok {
-		a.Log.Warn("alerts are configured but the store keeps none; not evaluating them")
+		if ac.Watch.Enabled() {
+			a.Log.Warn("alerts are configured but the store keeps none; not evaluating them")
+		}
 		return nil, nil
 	}
 	var targets []notify.Target
@@ -106,12 +106,12 @@ func (a *App) newAlerting(ctx context.Context) (*alerting, error) {
 // never evaluates, does not pay for it).
 func (a *App) EvaluateAlerts(ctx context.Context, force bool) (fired, resolved []string) {
 	a.alertsMu.Lock()
-	if a.alerts == nil && a.Config.Alerts.Watch.Enabled() {
+	if a.alerts == nil && !a.alertsBuilt {
 		al, err := a.newAlerting(ctx)
 		if err != nil {
 			a.Log.Error("alerts cannot be evaluated", "err", err.Error())
 		}
-		a.alerts = al
+		a.alerts, a.alertsBuilt = al, err == nil
 		if al != nil {
 			al.queue.Start(a.runCtx)
 		}
@@ -152,6 +152,10 @@ func (e *alerting) evaluate(ctx context.Context, force bool) (fired, resolved []
 	usage, err := e.limiter.AllUsage(ctx, now)
 	if err != nil {
 		e.log.Warn("alerts not evaluated: the rules' use could not be read", "err", err.Error())
+		return nil, nil
+	}
+	if !e.cfg.Watch.Enabled() {
+		e.sample(ctx, now, usage) // the report's peaks only
 		return nil, nil
 	}
 	minute := now.UTC().Truncate(time.Minute)
@@ -384,5 +388,5 @@ func alertSummary(c config.Alerts) map[string]any {
 	return map[string]any{"rules": c.Watch.Rules, "forecast": c.Watch.Forecast, "refusal_spike_per_minute": c.Watch.RefusalSpike,
 		"upstream_429_rate": c.Watch.Upstream429Rate, "estimate_error_factor": c.Watch.EstimateFactor,
 		"class_waits": map[string]float64{"factor": c.Watch.ClassWaits.Factor, "per_minute": c.Watch.ClassWaits.PerMinute},
-		"webhooks": hooks, "sns_topic": c.TopicARN != "", "every": c.Every.String()}
+		"webhooks":    hooks, "sns_topic": c.TopicARN != "", "every": c.Every.String()}
 }

@@ -78,9 +78,10 @@ type App struct {
 
 	// runCtx lives as long as the process: the alert deliveries' workers
 	// run in it.
-	runCtx   context.Context
-	alertsMu sync.Mutex
-	alerts   *alerting // built on first use
+	runCtx      context.Context
+	alertsMu    sync.Mutex
+	alerts      *alerting // built on first use
+	alertsBuilt bool
 }
 
 // Logger returns the JSON logger every function logs with, at the level
