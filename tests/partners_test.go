@@ -234,10 +234,10 @@ func TestPartnerAdministration(t *testing.T) {
 		byTarget[e.Target] = append(byTarget[e.Target], e.Actor+" "+e.Action)
 	}
 	want := map[string][]string{
-		partner.ID:                                  {"master DELETE /admin/keys/" + partner.ID, "master POST /admin/keys"},
-		shop.ID:                                     {partner.ID + " POST /admin/keys"},
-		sub.ID:                                      {partner.ID + " DELETE /admin/keys/" + sub.ID, partner.ID + " POST /admin/keys"},
-		"user_path:/partners/acme/shop:minute":      {partner.ID + " PATCH /admin/rate-limits/user_path:/partners/acme/shop:minute", partner.ID + " POST /admin/rate-limits"},
+		partner.ID:                             {"master DELETE /admin/keys/" + partner.ID, "master POST /admin/keys"},
+		shop.ID:                                {partner.ID + " POST /admin/keys"},
+		sub.ID:                                 {partner.ID + " DELETE /admin/keys/" + sub.ID, partner.ID + " POST /admin/keys"},
+		"user_path:/partners/acme/shop:minute": {partner.ID + " PATCH /admin/rate-limits/user_path:/partners/acme/shop:minute", partner.ID + " POST /admin/rate-limits"},
 		"budget:user_path:/partners/acme/shop:day":  {partner.ID + " POST /admin/budgets"},
 		"user_path:/partners/acme/*:hour":           {partner.ID + " PUT /admin/rate-limits"},
 		"user_path:/partners/acme/shop:day":         {partner.ID + " POST /admin/rate-limits"},
