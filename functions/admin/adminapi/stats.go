@@ -226,4 +226,3 @@ func top(m map[string]float64, n int) []named {
 	})
 	return out[:min(n, len(out))]
 }
-
