@@ -385,7 +385,11 @@ func alertSummary(c config.Alerts) map[string]any {
 	for i, h := range c.Webhooks {
 		hooks[i] = notify.Webhook{URL: h.URL}.Name()
 	}
-	return map[string]any{"rules": c.Watch.Rules, "forecast": c.Watch.Forecast, "refusal_spike_per_minute": c.Watch.RefusalSpike,
+	rules := c.Watch.Rules
+	if rules == nil {
+		rules = []alert.Rule{}
+	}
+	return map[string]any{"rules": rules, "forecast": c.Watch.Forecast, "refusal_spike_per_minute": c.Watch.RefusalSpike,
 		"upstream_429_rate": c.Watch.Upstream429Rate, "estimate_error_factor": c.Watch.EstimateFactor,
 		"class_waits": map[string]float64{"factor": c.Watch.ClassWaits.Factor, "per_minute": c.Watch.ClassWaits.PerMinute},
 		"webhooks":    hooks, "sns_topic": c.TopicARN != "", "every": c.Every.String()}

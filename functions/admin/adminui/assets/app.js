@@ -296,8 +296,19 @@ function renderRules() {
   body.replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colSpan: 5, class: 'empty', text: 'No rate limits.' }))]));
 }
 
+// mine says whether the signed-in key may write rule r: the master any
+// manual rule; a partner key those beneath its path (or per child of it).
+function mine(r) {
+  const w = state.who;
+  if (!w || !w.delegated) return true;
+  const p = w.user_path.toLowerCase();
+  const s = r.subject.toLowerCase();
+  return r.scope === 'user_path' && ((s.startsWith(p + '/') || p === '/') && s !== p || (s === p && r.per_child));
+}
+
 function actions(r, kind) {
   const collection = kind === 'rule' ? 'rate-limits' : 'budgets';
+  if (!mine(r)) return [el('span', { class: 'muted', text: 'binds you · read-only' })];
   const reset = el('button', { class: 'small quiet', 'data-action': 'reset', title: 'Start new counters for this ' + kind, text: 'Reset',
     on: { click: () => act(() => call('POST', collection + '/reset-one', { id: r.id }), r.id + ': counters reset') } });
   if (r.source === 'config') return [reset];
