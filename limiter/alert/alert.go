@@ -46,9 +46,9 @@ type Config struct {
 type Rule struct {
 	// On is a rule's or budget's id (user_path:/team:minute,
 	// budget:user_path:/team/a:month), or "any".
-	On string
+	On string `json:"on"`
 	// At are fractions of the limit, each its own alert.
-	At []float64
+	At []float64 `json:"at"`
 }
 
 // ClassWaits alerts when a class's waits over RateWindow average at least

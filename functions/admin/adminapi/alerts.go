@@ -25,7 +25,9 @@ func (h *Handler) listAlerts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "this store keeps no alerts", nil)
 		return
 	}
-	kept, err := h.cfg.Alerts.Alerts(r.Context())
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	kept, err := h.cfg.Alerts.Alerts(ctx)
 	if err != nil {
 		h.storeFailed(w, err)
 		return

@@ -110,7 +110,9 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	if p := principalOf(r); !p.master {
 		q.Within = p.key.UserPath
 	}
-	page, err := h.cfg.Store.Audit(r.Context(), q)
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	page, err := h.cfg.Store.Audit(ctx, q)
 	switch {
 	case errors.Is(err, configstore.ErrBadCursor):
 		invalid(w, []fieldError{{Field: "cursor", Message: err.Error()}})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate/functions/admin/adminui"
 	"github.com/tollgate/tollgate/infra/configstore"
@@ -47,6 +48,15 @@ func (p principal) path() string {
 
 type principalKey struct{}
 
+// storeTimeout bounds the store calls of the admin API's newer routes
+// (keys, alerts, audit, report, stats).
+const storeTimeout = 10 * time.Second
+
+// storeCtx is r's context with storeTimeout.
+func storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), storeTimeout)
+}
+
 func principalOf(r *http.Request) principal {
 	p, _ := r.Context().Value(principalKey{}).(principal)
 	return p
@@ -69,7 +79,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case secret == "":
 		// dev mode without a key: the master
 	default:
-		k, err := h.cfg.Store.KeyByHash(r.Context(), configstore.Hash(secret))
+		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
+		k, err := h.cfg.Store.KeyByHash(ctx, configstore.Hash(secret))
+		cancel()
 		switch {
 		case err != nil && !errors.Is(err, configstore.ErrNotFound):
 			h.storeFailed(w, err)
@@ -93,7 +105,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) handle(pattern string, delegated bool, f http.HandlerFunc) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		if p := principalOf(r); !p.master && !delegated {
-			forbidden(w, p, "this route is the master key's")
+			h.forbidden(w, r, p, "this route is the master key's")
 			return
 		}
 		f(w, r)
@@ -101,7 +113,9 @@ func (h *Handler) handle(pattern string, delegated bool, f http.HandlerFunc) {
 }
 
 // forbidden answers 403 for what a delegated key may not do.
-func forbidden(w http.ResponseWriter, p principal, why string) {
+func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, p principal, why string) {
+	h.log.Info("refused: outside the delegated key's subtree", "key_id", p.key.ID, "user_path", p.key.UserPath,
+		"route", r.Method+" "+r.URL.Path, "why", why)
 	writeError(w, http.StatusForbidden, "permission_error",
 		"key "+p.key.ID+" administers "+p.key.UserPath+" and what is beneath it only: "+why, map[string]any{"user_path": p.key.UserPath})
 }

@@ -286,7 +286,7 @@ func (h *Handler) getOne(w http.ResponseWriter, r *http.Request, k *kind) {
 	}
 	key := base.Key()
 	if p := principalOf(r); !p.sees(*base) {
-		forbidden(w, p, base.ID()+" is outside its subtree")
+		h.forbidden(w, r, p, base.ID()+" is outside its subtree")
 		return
 	}
 	var found *configstore.Rule
@@ -522,7 +522,7 @@ func (h *Handler) resetOne(w http.ResponseWriter, r *http.Request, k *kind) {
 	if p := principalOf(r); !p.master {
 		// A delegated key resets what it may write, never what binds it.
 		if why := h.mayWrite(p, rule, ""); why != "" {
-			forbidden(w, p, why)
+			h.forbidden(w, r, p, why)
 			return
 		}
 	}

@@ -70,7 +70,7 @@ func (h *Handler) mayWrite(p principal, rule limiter.Rule, from limiter.RuleKey)
 func (h *Handler) checkWrite(w http.ResponseWriter, r *http.Request, rule limiter.Rule, from limiter.RuleKey) bool {
 	p := principalOf(r)
 	if why := h.mayWrite(p, rule, from); why != "" {
-		forbidden(w, p, why)
+		h.forbidden(w, r, p, why)
 		return false
 	}
 	return true
@@ -163,10 +163,12 @@ func moreIfSet(field string, cv, bv int64) (string, string) {
 // checkLooser answers 400 naming the parent rule when rule would be
 // looser than what binds the principal's path.
 func (h *Handler) checkLooser(w http.ResponseWriter, r *http.Request, rule limiter.Rule) bool {
-	msg, parent := h.looser(principalOf(r), rule)
+	p := principalOf(r)
+	msg, parent := h.looser(p, rule)
 	if msg == "" {
 		return true
 	}
+	h.log.Info("refused: looser than what binds the delegated key's path", "key_id", p.key.ID, "rule", rule.ID(), "parent_rule", parent)
 	field, why, _ := strings.Cut(msg, ": ")
 	writeError(w, http.StatusBadRequest, "invalid_request_error", msg,
 		map[string]any{"fields": []fieldError{{Field: field, Message: why}}, "parent_rule": parent})

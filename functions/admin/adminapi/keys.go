@@ -89,7 +89,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	if p := principalOf(r); !p.master {
 		if why := mayKey(p, in.UserPath, in.Admin); why != "" {
-			forbidden(w, p, why)
+			h.forbidden(w, r, p, why)
 			return
 		}
 		if !p.key.ExpiresAt.IsZero() && (expires.IsZero() || expires.After(p.key.ExpiresAt)) {
@@ -138,7 +138,9 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	cur, err := h.cfg.Store.KeyByID(r.Context(), id)
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	cur, err := h.cfg.Store.KeyByID(ctx, id)
 	switch {
 	case errors.Is(err, configstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", "no key with id "+id, nil)
@@ -153,11 +155,11 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 			why = "a key does not revoke itself"
 		}
 		if why != "" {
-			forbidden(w, p, why)
+			h.forbidden(w, r, p, why)
 			return
 		}
 	}
-	k, err := h.cfg.Store.RevokeKey(r.Context(), id)
+	k, err := h.cfg.Store.RevokeKey(ctx, id)
 	switch {
 	case errors.Is(err, configstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", "no key with id "+r.PathValue("id"), nil)

@@ -117,7 +117,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if who := principalOf(r); !who.master && !(p.Scope == limiter.ScopeUserPath && who.within(p.Subject)) {
-		forbidden(w, who, "it pauses user paths within its subtree only")
+		h.forbidden(w, r, who, "it pauses user paths within its subtree only")
 		return
 	}
 	if err := h.cfg.Store.PutPause(r.Context(), p); err != nil {
@@ -143,7 +143,7 @@ func (h *Handler) unpause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if who := principalOf(r); !who.master && !(p.Scope == limiter.ScopeUserPath && who.beneath(p.Subject)) {
-		forbidden(w, who, "it lifts pauses beneath its path only")
+		h.forbidden(w, r, who, "it lifts pauses beneath its path only")
 		return
 	}
 	err := h.cfg.Store.DeletePause(r.Context(), p.Key())

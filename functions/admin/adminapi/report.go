@@ -94,7 +94,9 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	for hr := from.Truncate(time.Hour); hr.Before(to); hr = hr.Add(time.Hour) {
 		keys = append(keys, metrics.StatsKey{Kind: metrics.StatsHour, At: hr}, metrics.StatsKey{Kind: metrics.StatsPeak, At: hr})
 	}
-	got, err := h.cfg.Stats.ReadStats(r.Context(), keys)
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	got, err := h.cfg.Stats.ReadStats(ctx, keys)
 	if err != nil {
 		h.storeFailed(w, err)
 		return

@@ -98,7 +98,9 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out.From = minutes[0]
-	got, err := h.cfg.Stats.ReadStats(r.Context(), keys)
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	got, err := h.cfg.Stats.ReadStats(ctx, keys)
 	if err != nil {
 		h.storeFailed(w, err)
 		return
