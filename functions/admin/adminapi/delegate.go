@@ -18,7 +18,7 @@ import (
 //   - rules and budgets: it creates, edits, resets and deletes user-path
 //     rules strictly beneath its path (or per child of its own path),
 //     never one of the configuration's, and never looser than a rule that
-//     binds its own path (notLooser): a child's limit above its parent's
+//     binds its own path (looser): a child's limit above its parent's
 //     is a 400 naming the parent rule;
 //   - pauses: it pauses user paths within its subtree and lifts pauses
 //     strictly beneath it;
