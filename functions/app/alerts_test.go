@@ -113,10 +113,14 @@ alerts:
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	// Deliveries run four at a time, unordered: a receiver orders them by
+	// fired_at and resolved_at.
 	status := map[string][]string{}
 	for _, d := range got {
 		status[d["id"].(string)] = append(status[d["id"].(string)], d["status"].(string))
 	}
+	slices.Sort(status[use])
+	slices.Sort(status[forecast])
 	if strings.Join(status[use], ",") != "firing,resolved" || strings.Join(status[forecast], ",") != "firing,resolved" {
 		t.Fatalf("deliveries %v", status)
 	}
