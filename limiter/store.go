@@ -116,6 +116,19 @@ type Charge struct {
 	member     string
 }
 
+// Owner returns the rule the limiter planned the charge for; false for a
+// charge planned elsewhere (a test's, one read back from a store).
+func (c *Charge) Owner() (Rule, bool) {
+	if c.owner == nil {
+		return Rule{}, false
+	}
+	return c.owner.Rule, true
+}
+
+// Member returns the fair-share member whose own counter the charge is;
+// false for a rule's own charges.
+func (c *Charge) Member() (string, bool) { return c.member, c.fairMember }
+
 // Sliding reports whether the charge's counter is read with its previous
 // window's count.
 func (c *Charge) Sliding() bool { return c.Period != Concurrent && c.Shape == ShapeSliding }

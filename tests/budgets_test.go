@@ -23,7 +23,7 @@ import (
 // from its file, the mock provider, the reconciler.
 
 // writeConfig writes a tollgate.yaml for one test and returns its path.
-func writeConfig(t *testing.T, yaml string) string {
+func writeConfig(t testing.TB, yaml string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "tollgate.yaml")
 	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {

@@ -43,9 +43,12 @@ rate_limits:
 `
 
 // The calls the page makes on each refresh (app.js: refresh): the live
-// overview always, the charts' stats every third time, the keys while their
-// tab is open.
-var dashboardCalls = []string{"/admin/overview", "/admin/stats", "/admin/keys"}
+// overview always, the charts' stats every third time, and the data of
+// the tab in sight: the keys, the alerts or the audit trail.
+var dashboardCalls = []string{"/admin/overview", "/admin/stats", "/admin/keys", "/admin/alerts", "/admin/audit?since=168h&limit=50"}
+
+// dashboardTabCalls are the calls of the tabs that read their own data.
+var dashboardTabCalls = dashboardCalls[2:]
 
 // Every data call the page makes needs the master key: without one it is
 // 401, with a managed key 403. The page itself carries no data and is
@@ -147,26 +150,34 @@ func TestDashboardRefreshCost(t *testing.T) {
 	measure := func(rules int) {
 		t.Helper()
 		const refreshes = 10
-		before, rruBefore := counters.Stats().RoundTrips+cfg.RoundTrips(), counters.Stats().BilledRRU()
-		for i := range refreshes {
-			in.clock.Add(time.Second) // time moves between refreshes, as it does for the page
-			for j, path := range dashboardCalls {
-				if j == 1 && i%3 != 0 { // stats every third refresh, as app.js reads them
-					continue
+		// One tab in sight at a time: the overview, the stats every third
+		// refresh, and that tab's own read.
+		for _, tab := range append([]string{""}, dashboardTabCalls...) {
+			before, rruBefore := counters.Stats().RoundTrips+cfg.RoundTrips(), counters.Stats().BilledRRU()
+			for i := range refreshes {
+				in.clock.Add(time.Second) // time moves between refreshes, as it does for the page
+				paths := []string{"/admin/overview"}
+				if i%3 == 0 { // stats every third refresh, as app.js reads them
+					paths = append(paths, "/admin/stats")
 				}
-				if s, body := in.call(t, "GET", path, master, ""); s != 200 {
-					t.Fatalf("GET %s: %d %s", path, s, body)
+				if tab != "" {
+					paths = append(paths, tab)
+				}
+				for _, path := range paths {
+					if s, body := in.call(t, "GET", path, master, ""); s != 200 {
+						t.Fatalf("GET %s: %d %s", path, s, body)
+					}
 				}
 			}
-		}
-		calls := counters.Stats().RoundTrips + cfg.RoundTrips() - before
-		perRefresh := float64(calls) / refreshes
-		// Read units as AWS bills them, for the counters table (the
-		// configuration's reads are a unit or two each).
-		rru := (counters.Stats().BilledRRU() - rruBefore) / refreshes
-		t.Logf("%d rules: %d store calls in %d refreshes (%.1f a refresh; %.0f read units of the counters table a refresh)", rules, calls, refreshes, perRefresh, rru)
-		if perRefresh > float64(rules) {
-			t.Errorf("%d rules: %.1f store calls a refresh, want at most one per rule", rules, perRefresh)
+			calls := counters.Stats().RoundTrips + cfg.RoundTrips() - before
+			perRefresh := float64(calls) / refreshes
+			// Read units as AWS bills them, for the counters table (the
+			// configuration's reads are a unit or two each).
+			rru := (counters.Stats().BilledRRU() - rruBefore) / refreshes
+			t.Logf("%d rules, tab %q: %d store calls in %d refreshes (%.1f a refresh; %.1f read units of the counters table a refresh)", rules, tab, calls, refreshes, perRefresh, rru)
+			if perRefresh > float64(rules) {
+				t.Errorf("%d rules, tab %q: %.1f store calls a refresh, want at most one per rule", rules, tab, perRefresh)
+			}
 		}
 	}
 	// The configuration's rules (4 with usage) plus the rule and budget made
@@ -669,4 +680,92 @@ func TestDashboardCallsWhenTheStoreStops(t *testing.T) {
 	if resp := in.do(t, "GET", "/admin/ui", "", ""); resp.StatusCode != 200 {
 		t.Errorf("the page with the store down: %d", resp.StatusCode)
 	}
+}
+
+// The dashboard's answers to seed 001's questions, its alerts and its
+// audit trail, in headless Chromium against the whole stack on DynamoDB
+// Local: top user paths, refusals by class and model, the bottleneck of
+// a provider and the Retry-After distribution from real traffic; an alert
+// fired by an evaluation; the audit entries of the writes made; then,
+// signed in with a partner key, only its subtree, a rule made beneath it
+// from the page, one outside it refused. No JavaScript error or policy
+// violation anywhere.
+func TestDashboardOperationsInBrowser(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	cfg := dashboardConfig + "alerts:\n  every: 1s\n  rules: [{on: any, at: [0.5]}]\n"
+	in := newInstance(t, prefix, time.Now(), config.Env{"TOLLGATE_CONFIG": writeConfig(t, cfg)})
+	b := newBrowser(t)
+	const rule = "user_path:/ops:minute"
+	for _, body := range []string{
+		`{"user_path":"/ops","limit_key":{"period":"minute"},"max_requests":4}`,
+		`{"scope":"model","subject":"gpt-4o","limit_key":{"period":"minute"},"max_requests":5}`,
+	} {
+		if s, b := in.call(t, "POST", "/admin/rate-limits", master, body); s != 201 {
+			t.Fatalf("rule: %d %s", s, b)
+		}
+	}
+	for i, c := range []struct {
+		path string
+		want int
+	}{{"/ops", 200}, {"/ops", 200}, {"/ops", 200}, {"/x", 200}, {"/x", 200}, {"/x", 429}} {
+		if s := in.chat(t, master, "X-Tollgate-User-Path", c.path, "X-Tollgate-Class", "interactive"); s != c.want {
+			t.Fatalf("chat %d on %s: %d, want %d", i, c.path, s, c.want)
+		}
+	}
+	in.app.FlushStats(context.Background())
+	if fired, _ := in.app.EvaluateAlerts(context.Background(), true); len(fired) == 0 {
+		t.Fatal("no alert fired")
+	}
+
+	b.step(t, "open the page", chromedp.Navigate(in.srv.URL+"/admin/ui"), chromedp.WaitVisible(chromedp.CSS(`#master-key`)))
+	b.step(t, "sign in", chromedp.SendKeys(chromedp.CSS(`#master-key`), master), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
+	b.until(t, "the rules listed", fmt.Sprintf(`!!document.querySelector(%q)`, rowSel("limits", rule)))
+
+	b.step(t, "operations", chromedp.Click(chromedp.CSS(`#tabs [data-tab=ops]`)))
+	b.until(t, "the top user paths", `(() => { const r = document.querySelector('#top-requests tr[data-path="/ops"]'); return !!r && r.textContent.includes('3') })()`)
+	b.until(t, "refusals by class and model", `(() => { const r = document.querySelector('#outcomes tr[data-outcome=refused]'); return !!r && r.querySelector('.by-class').textContent.includes('interactive 1') && r.querySelector('.by-model').textContent.includes('gpt-4o 1') })()`)
+	b.until(t, "the provider's bottleneck", `(() => { const r = document.querySelector('#bottlenecks tr[data-provider=mock]'); return !!r && r.textContent.includes('model:gpt-4o:minute') })()`)
+	b.until(t, "the Retry-After distribution", `!!document.querySelector('#retry-after tr[data-provider=mock][data-limiter=local]')`)
+	b.until(t, "the later outcomes listed", `!!document.querySelector('#outcomes tr[data-outcome=fallback]') && !!document.querySelector('#outcomes tr[data-outcome=downgraded]')`)
+	b.until(t, "the store cost stated", `document.querySelector('#stats-cost').textContent.includes('BatchGetItem')`)
+	b.shot(t, "operations")
+
+	b.step(t, "alerts", chromedp.Click(chromedp.CSS(`#tabs [data-tab=alerts]`)))
+	b.until(t, "the alert firing", fmt.Sprintf(`(() => { const r = document.querySelector('#alerts-active tr[data-alert=%q]'); return !!r && r.textContent.includes('75 %%') })()`, "use|"+rule+"|requests|0.5"))
+	b.shot(t, "alerts")
+
+	b.step(t, "audit", chromedp.Click(chromedp.CSS(`#tabs [data-tab=audit]`)))
+	b.until(t, "the audit trail", fmt.Sprintf(`(() => { const r = document.querySelector('#audit tr[data-target=%q]'); return !!r && r.textContent.includes('master') && r.textContent.includes('POST /admin/rate-limits') })()`, rule))
+	b.shot(t, "audit")
+
+	// A partner key for /ops: its subtree only.
+	partner := makeKey(t, in, master, `{"user_path":"/ops","admin":true}`)
+	b.step(t, "sign out", chromedp.Click(chromedp.CSS(`#logout`)), chromedp.WaitVisible(chromedp.CSS(`#master-key`)))
+	b.step(t, "sign in as the partner", chromedp.SendKeys(chromedp.CSS(`#master-key`), partner.Key), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
+	b.until(t, "the partner's rules", fmt.Sprintf(`!!document.querySelector(%q) && !document.querySelector(%q) && document.querySelector('#tabs [data-tab=applies]').hidden && document.querySelector('#who').textContent.includes('/ops')`,
+		rowSel("limits", rule), rowSel("limits", "user_path:/:minute")))
+	b.step(t, "a rule beneath it",
+		chromedp.Click(chromedp.CSS(`#tabs [data-tab=limits]`)),
+		chromedp.Click(chromedp.CSS(`#new-rule`)),
+		chromedp.SendKeys(chromedp.CSS(`#rule-form [name=subject]`), "/ops/app"),
+		chromedp.SendKeys(chromedp.CSS(`#rule-form [name=max_requests]`), "2"),
+		chromedp.Click(chromedp.CSS(`#rule-form button[type=submit]`)))
+	b.until(t, "the partner's new rule", fmt.Sprintf(`!!document.querySelector(%q)`, rowSel("limits", "user_path:/ops/app:minute")))
+	b.step(t, "a rule outside it",
+		chromedp.Click(chromedp.CSS(`#new-rule`)),
+		chromedp.SendKeys(chromedp.CSS(`#rule-form [name=subject]`), "/elsewhere"),
+		chromedp.SendKeys(chromedp.CSS(`#rule-form [name=max_requests]`), "2"),
+		chromedp.Click(chromedp.CSS(`#rule-form button[type=submit]`)))
+	b.until(t, "the refusal shown", `!document.querySelector('#rule-error').hidden && document.querySelector('#rule-error').textContent.includes('403')`)
+	b.step(t, "cancel", chromedp.Click(chromedp.CSS(`#rule-form [data-cancel]`)))
+	b.step(t, "the partner's audit", chromedp.Click(chromedp.CSS(`#tabs [data-tab=audit]`)))
+	b.until(t, "the partner's write listed", fmt.Sprintf(`(() => { const r = document.querySelector('#audit tr[data-target="user_path:/ops/app:minute"]'); return !!r && r.textContent.includes(%q) })()`, partner.ID))
+	b.shot(t, "partner")
+	b.mu.Lock()
+	console := strings.Join(b.console, "\n")
+	b.mu.Unlock()
+	if console != "" {
+		t.Errorf("the page wrote to the console:\n%s", console)
+	}
+	b.check(t, "the whole session")
 }

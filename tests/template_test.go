@@ -265,18 +265,34 @@ func TestTemplateIAMIsScoped(t *testing.T) {
 	allowed := regexp.MustCompile(`^(\{"Fn::GetAtt":"(CountersTable|LeasesTable|ConfigTable)\.(Arn|StreamArn)"\}|\{"Ref":"BedrockModelArns"\}|` +
 		`\{"Fn::Sub":"\$\{LeasesTable\.Arn\}/(index/by_expiry|stream/\*)"\}|` +
 		`\{"Fn::Sub":"arn:\$\{AWS::Partition\}:(ssm|secretsmanager):\$\{AWS::Region\}:\$\{AWS::AccountId\}:(parameter/|secret:)\$\{ParameterPath\}/\*"\})$`)
+	// The alert topic is the one resource named by a parameter: only
+	// sns:Publish on it, only when it is given.
+	topic := `{"Ref":"AlertTopicArn"}`
 	n := 0
 	for name, f := range resources(tpl, "AWS::Serverless::Function") {
 		for _, pol := range get(f, "Properties", "Policies").([]any) {
+			// A conditional policy: the branch that grants, when given.
+			if branches, ok := get(pol, "Fn::If").([]any); ok && len(branches) == 3 {
+				if branches[0] != "HasAlertTopic" || fmt.Sprint(get(branches[2], "Ref")) != "AWS::NoValue" {
+					t.Errorf("%s: a conditional policy other than the alert topic's: %v", name, pol)
+				}
+				pol = branches[1]
+			}
 			for _, st := range statements(get(pol, "Statement").([]any)) {
+				actions := get(st, "Action").([]any)
 				for _, r := range resourceList(get(st, "Resource")) {
 					b, _ := json.Marshal(r)
-					if !allowed.Match(b) {
-						t.Errorf("%s grants %v on %s: not one of the project's own resources", name, get(st, "Action"), b)
+					switch {
+					case string(b) == topic:
+						if fmt.Sprint(actions) != "[sns:Publish]" || name != "ReconcilerFunction" {
+							t.Errorf("%s grants %v on the alert topic: want sns:Publish, for the reconciler only", name, actions)
+						}
+					case !allowed.Match(b):
+						t.Errorf("%s grants %v on %s: not one of the project's own resources", name, actions, b)
 					}
 					n++
 				}
-				for _, a := range get(st, "Action").([]any) {
+				for _, a := range actions {
 					if s := a.(string); strings.Contains(s, "*") {
 						t.Errorf("%s grants a wildcard action %s", name, s)
 					}

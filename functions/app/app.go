@@ -77,6 +77,13 @@ type App struct {
 	Metrics metrics.Sink
 	prom    *metrics.Prometheus
 	stats   *metrics.Stats // the dashboard's counts, kept in the store
+
+	// runCtx lives as long as the process: the alert deliveries' workers
+	// run in it.
+	runCtx      context.Context
+	alertsMu    sync.Mutex
+	alerts      *alerting // built on first use
+	alertsBuilt bool
 }
 
 // Logger returns the JSON logger every function logs with, at the level
@@ -95,7 +102,7 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	a := &App{Config: cfg, Log: log, Clock: time.Now}
+	a := &App{Config: cfg, Log: log, Clock: time.Now, runCtx: context.WithoutCancel(ctx)}
 	if cfg.Settings.MasterKey == "" && cfg.Settings.MasterKeyParameter != "" {
 		r, err := a.keys(ctx)
 		if err != nil {
@@ -246,6 +253,9 @@ func (a *App) BuildGateway() error {
 	if c, ok := a.Store.(proxy.Cooldowns); ok {
 		pc.Cooldowns = c
 	}
+	if a.stats != nil {
+		pc.Observer = a.stats
+	}
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh
 		pc.Pauses = a.Watcher.Pauses
@@ -296,7 +306,20 @@ func (a *App) BuildAdmin() error {
 	for _, p := range a.Config.Providers {
 		providers = append(providers, adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models})
 	}
+	var alerts adminapi.AlertLister
+	if al, ok := a.ConfigStore.(adminapi.AlertLister); ok {
+		alerts = al
+	}
 	a.Admin, err = adminapi.New(adminapi.Config{
+		Alerts:         alerts,
+		AlertsConfig:   a.AlertsSummary(),
+		AuditRetention: a.Config.Audit.Retention,
+		// A key revoked here is refused by this process's gateway at once.
+		OnRevoke: func(hash string) {
+			if a.keyCache != nil {
+				a.keyCache.Forget(hash)
+			}
+		},
 		Providers:     providers,
 		Burndown:      burndowns(a.Config.Providers),
 		Stats:         stats,
@@ -310,13 +333,8 @@ func (a *App) BuildAdmin() error {
 		Classes:       slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
 		AdaptiveFloor: a.Config.Gateway.AdaptiveFloor,
 		DevMode:       s.MasterKey == "",
-		KeyRevoked: func(k configstore.Key) {
-			if a.keyCache != nil {
-				a.keyCache.Forget(k.Hash) // this process's gateway refuses it at once
-			}
-		},
-		Logger: a.Log,
-		Now:    a.Clock,
+		Logger:        a.Log,
+		Now:           a.Clock,
 	})
 	return err
 }

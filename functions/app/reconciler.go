@@ -67,6 +67,9 @@ func (a *App) RunReconcilerLoop(ctx context.Context) {
 		_, _ = rc.Run(run) // it logs what it did
 		a.ChargeBatches(run)
 		cancel()
+		// Alerts are evaluated here, beside the reconciler, never on a
+		// request's path; their deliveries go on in the background.
+		a.EvaluateAlerts(ctx, false)
 	}
 }
 

@@ -40,6 +40,8 @@ type Config struct {
 	Shaping  Shaping
 	Store    StoreOptions
 	Settings Settings
+	Alerts   Alerts
+	Audit    Audit
 
 	// Providers are the provider instances; Aliases the virtual models.
 	Providers []ProviderSpec
@@ -133,6 +135,8 @@ func Load(env Env) (*Config, error) {
 	cfg := &Config{
 		RateLimitsEnabled: true,
 		Shaping:           Shaping{Classes: proxyDefaultClasses()},
+		Alerts:            Alerts{Every: 30 * time.Second},
+		Audit:             Audit{Retention: 90 * 24 * time.Hour},
 		Gateway: Gateway{
 			DefaultMaxTokens:   1024,
 			MaxBodyBytes:       10 << 20,
@@ -175,7 +179,7 @@ func Load(env Env) (*Config, error) {
 	errs = append(errs, err)
 	envBudgets, err := budgetsFromEnv(env)
 	errs = append(errs, err, cfg.budgetLocationFromEnv(env))
-	errs = append(errs, cfg.finishProviders(env))
+	errs = append(errs, cfg.finishProviders(env), cfg.finishAlerts(env))
 	cfg.Rules = append(cfg.Rules, envRules...)
 	cfg.Rules = WithBudgetLocation(append(cfg.Rules, envBudgets...), cfg.BudgetLocation)
 	if err := errors.Join(errs...); err != nil {
@@ -199,6 +203,8 @@ type file struct {
 	Store          *storeSpec           `yaml:"store"`
 	Providers      []providerYAML       `yaml:"providers"`
 	Models         []aliasYAML          `yaml:"models"`
+	Alerts         *alertsSpec          `yaml:"alerts"`
+	Audit          *auditSpec           `yaml:"audit"`
 }
 
 type shapingSpec struct {
@@ -462,6 +468,12 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 		}
 	}
 	errs = append(errs, cfg.loadPolicy(&f, at))
+	if f.Alerts != nil {
+		errs = append(errs, cfg.loadAlerts(f.Alerts, at)...)
+	}
+	if f.Audit != nil {
+		errs = append(errs, cfg.loadAudit(f.Audit, at)...)
+	}
 	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at))
 	if st := f.Store; st != nil {
 		if st.RejectCache != "" {

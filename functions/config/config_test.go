@@ -497,3 +497,49 @@ func TestBadBedrockProvider(t *testing.T) {
 		}
 	}
 }
+
+func TestAlertsConfig(t *testing.T) {
+	cfg, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/alerts.yaml", "HOOK_SECRET": "from-env", "TOLLGATE_ALERT_TOPIC_ARN": "arn:aws:sns:eu-west-1:123456789012:alerts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Alerts
+	if len(a.Watch.Rules) != 2 || a.Watch.Rules[0].On != "budget:user_path:/team/a:month" || len(a.Watch.Rules[0].At) != 3 || a.Watch.Rules[1].On != "any" ||
+		!a.Watch.Forecast || a.Watch.RefusalSpike != 50 || a.Watch.Upstream429Rate != 0.02 || a.Watch.EstimateFactor != 2 ||
+		a.Watch.ClassWaits.Factor != 2 || a.Watch.ClassWaits.PerMinute != 10 || a.Every != 10*time.Second {
+		t.Fatalf("alerts %+v", a)
+	}
+	if len(a.Webhooks) != 2 || a.Webhooks[0].Secret != "s3cret" || a.Webhooks[1].Secret != "from-env" || a.TopicARN != "arn:aws:sns:eu-west-1:123456789012:alerts" {
+		t.Fatalf("webhooks %+v topic %q", a.Webhooks, a.TopicARN)
+	}
+	if cfg.Audit.Retention != 720*time.Hour {
+		t.Fatalf("audit %v", cfg.Audit)
+	}
+	def, err := load(t, Env{"TOLLGATE_CONFIG": ""})
+	if err != nil || def.Alerts.Every != 30*time.Second || def.Audit.Retention != 90*24*time.Hour || def.Alerts.Watch.Enabled() {
+		t.Fatalf("defaults %+v %v", def.Alerts, err)
+	}
+}
+
+func TestBadAlertsConfig(t *testing.T) {
+	_, err := load(t, Env{"TOLLGATE_CONFIG": "testdata/bad_alerts.yaml", "TOLLGATE_ALERT_TOPIC_ARN": "arn:aws:sqs:x"})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"testdata/bad_alerts.yaml:3: alerts.rules[0].on",
+		"alerts.rules[0].at[0]: 80 is not a fraction",
+		"alerts.rules[1].on: required",
+		"alerts.rules[1].at: give at least one",
+		"alerts.upstream_429_after_admission.rate",
+		`alerts.every: "1ms"`,
+		`alerts.webhooks[0].url: "ftp://example.com"`,
+		"alerts.webhooks[0]: give the secret by one of",
+		`audit.retention: "1m"`,
+		"TOLLGATE_ALERT_TOPIC_ARN",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the errors lack %q:\n%v", want, err)
+		}
+	}
+}

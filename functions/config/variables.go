@@ -51,6 +51,7 @@ var Variables = []Variable{
 	{Name: "AWS_PROFILE"},
 	{Name: "AWS_LAMBDA_FUNCTION_NAME"},
 	{Name: "AWS_LAMBDA_RUNTIME_API"},
+	{Name: "TOLLGATE_ALERT_TOPIC_ARN"},
 }
 
 // LambdaVariables are the variables each function must have set inside

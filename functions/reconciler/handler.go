@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -22,6 +23,11 @@ type RunResult struct {
 	// Batches pending, and charged this run.
 	BatchesPending int `json:"batches_pending"`
 	BatchesCharged int `json:"batches_charged"`
+	// Alerts this run fired and resolved, and whether every delivery was
+	// made before it returned.
+	AlertsFired     int  `json:"alerts_fired"`
+	AlertsResolved  int  `json:"alerts_resolved"`
+	AlertsDelivered bool `json:"alerts_delivered"`
 }
 
 // handler serves both wirings of the function. A scheduled event
@@ -66,6 +72,18 @@ func handler(a *app.App) func(context.Context, json.RawMessage) (any, error) {
 			br := a.ChargeBatches(ctx)
 			res.BatchesPending, res.BatchesCharged = br.Pending, br.Charged
 		}
+		// Alerts: evaluated once a run, their deliveries made before the
+		// run returns (a frozen environment sends nothing), within the
+		// function's time.
+		fired, resolved := a.EvaluateAlerts(ctx, true)
+		res.AlertsFired, res.AlertsResolved = len(fired), len(resolved)
+		drain := ctx
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			drain, cancel = context.WithDeadline(ctx, dl.Add(-2*time.Second))
+			defer cancel()
+		}
+		res.AlertsDelivered = a.DrainAlerts(drain)
 		return res, err
 	}
 }

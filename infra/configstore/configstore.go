@@ -59,7 +59,11 @@ type Key struct {
 	Class string
 	// MaxClass, when set, caps the class the key's requests may claim
 	// with X-Tollgate-Class: one that waits longer is taken as it.
-	MaxClass  string
+	MaxClass string
+	// Admin makes the key a delegated administrator of its user path's
+	// subtree: it may manage the keys, rules and budgets beneath its path
+	// through the admin API, never anything else (see adminapi).
+	Admin     bool
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: never
 	Revoked   bool

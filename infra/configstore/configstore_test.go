@@ -2,6 +2,7 @@ package configstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -22,6 +23,7 @@ type store interface {
 	PutKey(ctx context.Context, k configstore.Key) error
 	Keys(ctx context.Context) ([]configstore.Key, error)
 	RevokeKey(ctx context.Context, id string) (configstore.Key, error)
+	KeyByID(ctx context.Context, id string) (configstore.Key, error)
 	configstore.Layouts
 	PutBatch(ctx context.Context, b configstore.Batch) error
 	PendingBatches(ctx context.Context, cursor string, limit int) ([]configstore.Batch, string, error)
@@ -29,6 +31,11 @@ type store interface {
 	FinishBatch(ctx context.Context, b configstore.Batch) error
 	PutSession(ctx context.Context, s configstore.Session) error
 	TakeSession(ctx context.Context, id, within string) (configstore.Session, error)
+	FireAlert(ctx context.Context, a configstore.Alert) (bool, error)
+	ResolveAlert(ctx context.Context, id string, at time.Time, doc json.RawMessage) (configstore.Alert, bool, error)
+	Alerts(ctx context.Context) ([]configstore.Alert, error)
+	PutAudit(ctx context.Context, e configstore.AuditEntry, retention time.Duration) error
+	Audit(ctx context.Context, q configstore.AuditQuery) (configstore.AuditPage, error)
 }
 
 // The same behaviour from both stores.
@@ -223,5 +230,155 @@ func suite(t *testing.T, open func(t *testing.T) store) {
 		if ks, _ := s.Keys(ctx); len(ks) != 1 {
 			t.Fatalf("keys %+v", ks)
 		}
+		admin := k
+		secret2 := configstore.NewSecret()
+		admin.Hash, admin.Prefix, admin.Admin, admin.UserPath = configstore.Hash(secret2), secret2[:9], true, "/partners/acme"
+		admin.ID = configstore.KeyID(admin.Hash)
+		if err := s.PutKey(ctx, admin); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.KeyByID(ctx, admin.ID); err != nil || !got.Admin || got.UserPath != "/partners/acme" {
+			t.Fatalf("KeyByID of an admin key: %+v %v", got, err)
+		}
+		if got, err := s.KeyByHash(ctx, admin.Hash); err != nil || !got.Admin {
+			t.Fatalf("KeyByHash of an admin key: %+v %v", got, err)
+		}
+		if _, err := s.KeyByID(ctx, "key_ffffffffffffffff"); !errors.Is(err, configstore.ErrNotFound) {
+			t.Fatalf("KeyByID unknown: %v", err)
+		}
 	})
+	t.Run("AlertsFireOncePerPeriod", func(t *testing.T) { alertSuite(t, open(t)) })
+	t.Run("AuditPages", func(t *testing.T) { auditSuite(t, open(t)) })
+}
+
+// An alert fires once per period, whoever tries: of two writers at once
+// one fires it; it does not fire again while firing, nor in the same
+// period after it resolved; it fires again in a later period. A
+// resolution is made once.
+func alertSuite(t *testing.T, s store) {
+	ctx := context.Background()
+	// Near now: DynamoDB Local deletes items past their TTL, as AWS does.
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	a := configstore.Alert{ID: "use|budget:user_path:/a:month|0.5", Period: "2026-03", FiredAt: t0, Doc: json.RawMessage(`{"n":1}`)}
+	results := make(chan bool, 2)
+	for range 2 {
+		go func() {
+			ok, err := s.FireAlert(ctx, a)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- ok
+		}()
+	}
+	if first, second := <-results, <-results; first == second {
+		t.Fatalf("two writers at once: fired %v and %v, want exactly one", first, second)
+	}
+	if ok, _ := s.FireAlert(ctx, a); ok {
+		t.Fatal("fired again while firing")
+	}
+	as, err := s.Alerts(ctx)
+	if err != nil || len(as) != 1 || !as[0].Active || as[0].Period != "2026-03" || !as[0].FiredAt.Equal(t0) || string(as[0].Doc) != `{"n":1}` {
+		t.Fatalf("listed %+v %v", as, err)
+	}
+	was, ok, err := s.ResolveAlert(ctx, a.ID, t0.Add(time.Hour), json.RawMessage(`{"n":2}`))
+	if err != nil || !ok || !was.Active {
+		t.Fatalf("resolve: %+v %v %v", was, ok, err)
+	}
+	if _, ok, _ := s.ResolveAlert(ctx, a.ID, t0.Add(2*time.Hour), nil); ok {
+		t.Fatal("resolved twice")
+	}
+	if _, ok, _ := s.ResolveAlert(ctx, "never-fired", t0, nil); ok {
+		t.Fatal("resolved an alert that never fired")
+	}
+	if ok, _ := s.FireAlert(ctx, a); ok {
+		t.Fatal("fired again in the same period after resolving")
+	}
+	as, _ = s.Alerts(ctx)
+	if len(as) != 1 || as[0].Active || !as[0].ResolvedAt.Equal(t0.Add(time.Hour)) || string(as[0].Doc) != `{"n":2}` {
+		t.Fatalf("resolved, listed %+v", as)
+	}
+	next := a
+	next.Period, next.FiredAt = "2026-04", t0.Add(31*24*time.Hour)
+	if ok, err := s.FireAlert(ctx, next); !ok || err != nil {
+		t.Fatalf("a later period: %v %v", ok, err)
+	}
+	other := configstore.Alert{ID: "use|budget:user_path:/a:month|0.8", Period: "2026-04", FiredAt: next.FiredAt.Add(time.Minute), Doc: json.RawMessage(`{}`)}
+	if ok, _ := s.FireAlert(ctx, other); !ok {
+		t.Fatal("another threshold did not fire")
+	}
+	if as, _ = s.Alerts(ctx); len(as) != 2 || as[0].ID != other.ID {
+		t.Fatalf("newest first: %+v", as)
+	}
+}
+
+// The audit trail pages newest first with a cursor, filters by subject,
+// by subtree and by instant, and never lists an entry twice.
+func auditSuite(t *testing.T, s store) {
+	ctx := context.Background()
+	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	for i := range 250 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		path, target := "/partners/acme/shop", fmt.Sprintf("user_path:/partners/acme/shop%d:minute", i)
+		if i%2 == 1 {
+			path, target = "/teams/b", fmt.Sprintf("user_path:/teams/b%d:minute", i)
+		}
+		e := configstore.AuditEntry{ID: configstore.NewAuditID(at), At: at, Actor: "master", Action: "POST /admin/rate-limits",
+			Target: target, UserPath: path, After: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+		if err := s.PutAudit(ctx, e, configstore.DefaultAuditRetention); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	var last time.Time
+	for {
+		p, err := s.Audit(ctx, configstore.AuditQuery{Cursor: cursor, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, e := range p.Entries {
+			if seen[e.ID] {
+				t.Fatalf("%s listed twice", e.ID)
+			}
+			if !last.IsZero() && e.At.After(last) {
+				t.Fatalf("not newest first: %v after %v", e.At, last)
+			}
+			seen[e.ID], last = true, e.At
+		}
+		if p.Next == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("the cursor does not end")
+		}
+		cursor = p.Next
+	}
+	if len(seen) != 250 || pages < 3 {
+		t.Fatalf("%d entries in %d pages, want 250 in at least 3", len(seen), pages)
+	}
+	p, err := s.Audit(ctx, configstore.AuditQuery{Within: "/partners/acme"})
+	if err != nil || len(p.Entries) != 100 || p.Next == "" {
+		t.Fatalf("within a subtree: %d entries, next %q, %v", len(p.Entries), p.Next, err)
+	}
+	for _, e := range p.Entries {
+		if e.UserPath != "/partners/acme/shop" {
+			t.Fatalf("outside the subtree: %+v", e)
+		}
+	}
+	p2, _ := s.Audit(ctx, configstore.AuditQuery{Within: "/partners/acme", Cursor: p.Next})
+	if len(p2.Entries) != 25 || p2.Next != "" {
+		t.Fatalf("the subtree's second page: %d entries, next %q", len(p2.Entries), p2.Next)
+	}
+	p, _ = s.Audit(ctx, configstore.AuditQuery{Subject: "user_path:/teams/b7:minute"})
+	if len(p.Entries) != 1 || string(p.Entries[0].After) != `{"i":7}` || p.Entries[0].Actor != "master" {
+		t.Fatalf("by target: %+v", p.Entries)
+	}
+	p, _ = s.Audit(ctx, configstore.AuditQuery{Since: t0.Add(240 * time.Second)})
+	if len(p.Entries) != 10 || p.Next != "" {
+		t.Fatalf("since: %d entries, next %q", len(p.Entries), p.Next)
+	}
+	if _, err := s.Audit(ctx, configstore.AuditQuery{Cursor: "nonsense"}); !errors.Is(err, configstore.ErrBadCursor) {
+		t.Fatalf("a bad cursor: %v", err)
+	}
 }

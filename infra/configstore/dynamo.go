@@ -505,6 +505,9 @@ func keyItem(k Key) map[string]types.AttributeValue {
 	if k.MaxClass != "" {
 		item["max_class"] = sv(k.MaxClass)
 	}
+	if k.Admin {
+		item["admin"] = bv(true)
+	}
 	if !k.ExpiresAt.IsZero() {
 		item["expires_at"] = nv(k.ExpiresAt.UnixMilli())
 	}
@@ -522,6 +525,7 @@ func decodeKey(item map[string]types.AttributeValue) Key {
 	k.Tags, _ = limiter.ParseTags(getS(item, "tags")) // written valid by PutKey
 	k.Class = getS(item, "class")
 	k.MaxClass = getS(item, "max_class")
+	k.Admin = getB(item, "admin")
 	return k
 }
 
@@ -561,8 +565,9 @@ func (d *Dynamo) Keys(ctx context.Context) ([]Key, error) {
 	return out, nil
 }
 
-// RevokeKey revokes the key with that id.
-func (d *Dynamo) RevokeKey(ctx context.Context, id string) (Key, error) {
+// KeyByID returns the key with that id: one query of the hashes that
+// begin with the id's 16 hex digits.
+func (d *Dynamo) KeyByID(ctx context.Context, id string) (Key, error) {
 	prefix, ok := strings.CutPrefix(id, "key_")
 	if !ok || len(prefix) != 16 {
 		return Key{}, ErrNotFound
@@ -579,7 +584,15 @@ func (d *Dynamo) RevokeKey(ctx context.Context, id string) (Key, error) {
 	if len(page.Items) == 0 {
 		return Key{}, ErrNotFound
 	}
-	k := decodeKey(page.Items[0])
+	return decodeKey(page.Items[0]), nil
+}
+
+// RevokeKey revokes the key with that id.
+func (d *Dynamo) RevokeKey(ctx context.Context, id string) (Key, error) {
+	k, err := d.KeyByID(ctx, id)
+	if err != nil {
+		return Key{}, err
+	}
 	_, err = d.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(d.table), Key: key(pkKey, k.Hash),
 		UpdateExpression:          aws.String("SET revoked = :t"),

@@ -23,6 +23,8 @@ type Memory struct {
 	pauses    map[string]limiter.Pause
 	ramps     map[limiter.RuleKey]limiter.RampState
 	estimates map[string]*learn.Histogram
+	alerts    map[string]Alert
+	audit     []AuditEntry // by ID, oldest first
 	version   int64
 	now       func() time.Time
 }
@@ -176,6 +178,18 @@ func (m *Memory) Keys(context.Context) ([]Key, error) {
 	}
 	slices.SortFunc(out, func(a, b Key) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
+}
+
+// KeyByID returns the key with that id.
+func (m *Memory) KeyByID(_ context.Context, id string) (Key, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range m.keys {
+		if k.ID == id {
+			return k, nil
+		}
+	}
+	return Key{}, ErrNotFound
 }
 
 // RevokeKey revokes the key with that id.

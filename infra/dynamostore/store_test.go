@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
+	"github.com/tollgate/tollgate/infra/metrics/statstest"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/storetest"
 )
@@ -31,4 +32,9 @@ func TestBehaviour(t *testing.T) {
 		prefix := dynamotest.Prefix(t)
 		return func() limiter.Store { return openStore(t, prefix, dynamostore.Options{}) }
 	})
+}
+
+func TestStats(t *testing.T) {
+	dynamotest.Endpoint(t)
+	statstest.Run(t, openStore(t, dynamotest.Prefix(t), dynamostore.Options{}))
 }

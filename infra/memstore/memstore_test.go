@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/infra/metrics/statstest"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/reconcile"
 	"github.com/tollgate/tollgate/limiter/storetest"
@@ -53,3 +54,5 @@ func TestLateCompletionSettled(t *testing.T) {
 		t.Fatalf("tokens %d, in flight %d; want 150 settled once and nothing in flight", st[0].Cur, st[1].Cur)
 	}
 }
+
+func TestStats(t *testing.T) { statstest.Run(t, memstore.New()) }

@@ -1,11 +1,12 @@
 // Package adminapi is the admin function's HTTP API: rate-limit rules with
-// their live usage, counter resets, and managed API keys. Every call needs
-// the master key (Authorization: Bearer $TOLLGATE_MASTER_KEY).
+// their live usage, counter resets, managed API keys, alerts, the audit
+// trail and the review report. Every call needs the master key
+// (Authorization: Bearer $TOLLGATE_MASTER_KEY), or a delegated key for
+// its own subtree (see delegate.go).
 package adminapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,8 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/functions/admin/adminui"
-	"github.com/tollgate/tollgate/functions/crosssite"
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/metrics"
@@ -35,10 +34,18 @@ type Store interface {
 	Regenerate(ctx context.Context, keys []limiter.RuleKey) error
 	PutKey(ctx context.Context, k configstore.Key) error
 	KeyByHash(ctx context.Context, hash string) (configstore.Key, error)
+	KeyByID(ctx context.Context, id string) (configstore.Key, error)
 	Keys(ctx context.Context) ([]configstore.Key, error)
 	RevokeKey(ctx context.Context, id string) (configstore.Key, error)
 	PutPause(ctx context.Context, p limiter.Pause) error
 	DeletePause(ctx context.Context, key string) error
+	PutAudit(ctx context.Context, e configstore.AuditEntry, retention time.Duration) error
+	Audit(ctx context.Context, q configstore.AuditQuery) (configstore.AuditPage, error)
+}
+
+// AlertLister lists the fleet's alerts (configstore's stores).
+type AlertLister interface {
+	Alerts(ctx context.Context) ([]configstore.Alert, error)
 }
 
 // Config configures a Handler.
@@ -67,14 +74,20 @@ type Config struct {
 	// Burndown is the output burndown of a provider's model, for explained
 	// requests on rules of Bedrock's quota (nil: 1).
 	Burndown func(provider, model string) int64
+	// Alerts, when set, serves GET /admin/alerts; AlertsConfig is what it
+	// shows of the configuration.
+	Alerts       AlertLister
+	AlertsConfig map[string]any
+	// AuditRetention is how long the audit trail keeps an entry (default
+	// configstore.DefaultAuditRetention).
+	AuditRetention time.Duration
+	// OnRevoke, when set, is told of each revoked key's hash, so that this
+	// instance's gateway forgets it at once.
+	OnRevoke func(hash string)
 	// DevMode accepts any key, for a local process without a master key.
 	DevMode bool
-	// KeyRevoked, when set, is told of each key revoked, so that this
-	// process's gateway refuses it at once (others within their key
-	// cache's bound).
-	KeyRevoked func(configstore.Key)
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Handler serves the admin API.
@@ -99,54 +112,35 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.AuditRetention <= 0 {
+		cfg.AuditRetention = configstore.DefaultAuditRetention
+	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), config: map[limiter.RuleKey]limiter.Rule{}}
 	for _, r := range cfg.ConfigRules {
 		h.config[r.Key()] = r
 	}
-	h.mux.HandleFunc("POST /admin/rate-limits/reset", h.resetAll)
+	// The second argument says whether a delegated key may call the
+	// route (keeping to its subtree); the master may call every one.
+	h.handle("POST /admin/rate-limits/reset", false, h.resetAll)
 	h.crudRoutes(rules)
 	h.crudRoutes(budgets)
-	h.mux.HandleFunc("POST /admin/explain", h.explain)
-	h.mux.HandleFunc("GET /admin/pauses", h.listPauses)
-	h.mux.HandleFunc("GET /admin/stats", h.stats)
-	h.mux.HandleFunc("GET /admin/overview", h.overview)
-	h.mux.HandleFunc("POST /admin/pause", h.pause)
-	h.mux.HandleFunc("DELETE /admin/pause", h.unpause)
-	h.mux.HandleFunc("POST /admin/keys", h.createKey)
-	h.mux.HandleFunc("GET /admin/keys", h.listKeys)
-	h.mux.HandleFunc("DELETE /admin/keys/{id}", h.revokeKey)
+	h.handle("POST /admin/explain", false, h.explain)
+	h.handle("GET /admin/pauses", true, h.listPauses)
+	h.handle("GET /admin/stats", true, h.stats)
+	h.handle("GET /admin/overview", true, h.overview)
+	h.handle("POST /admin/pause", true, h.pause)
+	h.handle("DELETE /admin/pause", true, h.unpause)
+	h.handle("POST /admin/keys", true, h.createKey)
+	h.handle("GET /admin/keys", true, h.listKeys)
+	h.handle("DELETE /admin/keys/{id}", true, h.revokeKey)
+	h.handle("GET /admin/whoami", true, h.whoami)
+	h.handle("GET /admin/alerts", true, h.listAlerts)
+	h.handle("GET /admin/audit", true, h.listAudit)
+	h.handle("GET /admin/report", true, h.report)
 	h.mux.HandleFunc("/admin/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "unknown admin route "+r.Method+" "+r.URL.Path, nil)
 	})
 	return h, nil
-}
-
-// ServeHTTP serves the dashboard's page, which holds no data, to anyone;
-// everything else needs the master key.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if adminui.Owns(r.URL.Path) {
-		adminui.ServeHTTP(w, r)
-		return
-	}
-	secret, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	switch {
-	case h.cfg.DevMode && crosssite.Is(r):
-		writeError(w, http.StatusForbidden, "permission_error", crosssite.Message, nil)
-		return
-	case h.cfg.DevMode:
-	case secret == "":
-		writeError(w, http.StatusUnauthorized, "authentication_error", "missing master key: send Authorization: Bearer $TOLLGATE_MASTER_KEY", nil)
-		return
-	case subtle.ConstantTimeCompare([]byte(secret), []byte(h.cfg.MasterKey)) == 1:
-	default:
-		if k, err := h.cfg.Store.KeyByHash(r.Context(), configstore.Hash(secret)); err == nil && k.Live(h.cfg.Now()) {
-			writeError(w, http.StatusForbidden, "permission_error", "managed keys cannot use the admin API; use the master key", nil)
-			return
-		}
-		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid master key", nil)
-		return
-	}
-	h.mux.ServeHTTP(w, r)
 }
 
 // fieldError is one bad field of a request.

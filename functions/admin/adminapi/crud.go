@@ -57,16 +57,18 @@ type kind struct {
 	viewWithUsage func(limiter.Rule, int64, time.Time, *limiter.RuleUsage) any
 }
 
+// crudRoutes registers a kind's routes; a delegated key may call each,
+// for the rules of its subtree (see delegate.go).
 func (h *Handler) crudRoutes(k *kind) {
-	h.mux.HandleFunc("GET "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.list(w, r, k) })
-	h.mux.HandleFunc("POST "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.create(w, r, k) })
-	h.mux.HandleFunc("PUT "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.replace(w, r, k, false) })
-	h.mux.HandleFunc("PUT "+k.collection+"/{id...}", func(w http.ResponseWriter, r *http.Request) { h.replace(w, r, k, true) })
-	h.mux.HandleFunc("PATCH "+k.collection+"/{id...}", func(w http.ResponseWriter, r *http.Request) { h.patch(w, r, k) })
-	h.mux.HandleFunc("GET "+k.collection+"/{id...}", func(w http.ResponseWriter, r *http.Request) { h.getOne(w, r, k) })
-	h.mux.HandleFunc("DELETE "+k.collection, func(w http.ResponseWriter, r *http.Request) { h.remove(w, r, k, false) })
-	h.mux.HandleFunc("DELETE "+k.collection+"/{id...}", func(w http.ResponseWriter, r *http.Request) { h.remove(w, r, k, true) })
-	h.mux.HandleFunc("POST "+k.collection+"/reset-one", func(w http.ResponseWriter, r *http.Request) { h.resetOne(w, r, k) })
+	h.handle("GET "+k.collection, true, func(w http.ResponseWriter, r *http.Request) { h.list(w, r, k) })
+	h.handle("POST "+k.collection, true, func(w http.ResponseWriter, r *http.Request) { h.create(w, r, k) })
+	h.handle("PUT "+k.collection, true, func(w http.ResponseWriter, r *http.Request) { h.replace(w, r, k, false) })
+	h.handle("PUT "+k.collection+"/{id...}", true, func(w http.ResponseWriter, r *http.Request) { h.replace(w, r, k, true) })
+	h.handle("PATCH "+k.collection+"/{id...}", true, func(w http.ResponseWriter, r *http.Request) { h.patch(w, r, k) })
+	h.handle("GET "+k.collection+"/{id...}", true, func(w http.ResponseWriter, r *http.Request) { h.getOne(w, r, k) })
+	h.handle("DELETE "+k.collection, true, func(w http.ResponseWriter, r *http.Request) { h.remove(w, r, k, false) })
+	h.handle("DELETE "+k.collection+"/{id...}", true, func(w http.ResponseWriter, r *http.Request) { h.remove(w, r, k, true) })
+	h.handle("POST "+k.collection+"/reset-one", true, func(w http.ResponseWriter, r *http.Request) { h.resetOne(w, r, k) })
 }
 
 // list answers every rule of the kind, the configuration's first, each
@@ -76,7 +78,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, k *kind) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{k.listKey: h.views(k, snap, usage), "version": snap.Version})
+	writeJSON(w, http.StatusOK, map[string]any{k.listKey: h.views(principalOf(r), k, snap, usage), "version": snap.Version})
 }
 
 // live reads the configuration as it is now (one read of its version when
@@ -101,16 +103,17 @@ func (h *Handler) live(w http.ResponseWriter, r *http.Request) (configstore.Snap
 	return snap, usage, true
 }
 
-// views shows every rule of the kind, the configuration's first.
-func (h *Handler) views(k *kind, snap configstore.Snapshot, usage map[limiter.RuleKey]*limiter.RuleUsage) []any {
+// views shows every rule of the kind that p sees, the configuration's
+// first.
+func (h *Handler) views(p principal, k *kind, snap configstore.Snapshot, usage map[limiter.RuleKey]*limiter.RuleUsage) []any {
 	out := []any{}
 	for _, cr := range h.cfg.ConfigRules {
-		if cr.IsBudget() == k.budget {
+		if cr.IsBudget() == k.budget && p.sees(cr) {
 			out = append(out, k.viewWithUsage(cr, 0, time.Time{}, usage[cr.Key()]))
 		}
 	}
 	for _, m := range snap.Rules {
-		if _, shadowed := h.config[m.Key()]; !shadowed && m.IsBudget() == k.budget {
+		if _, shadowed := h.config[m.Key()]; !shadowed && m.IsBudget() == k.budget && p.sees(m.Rule) {
 			out = append(out, k.viewWithUsage(m.Rule, m.Version, m.UpdatedAt, usage[m.Key()]))
 		}
 	}
@@ -183,18 +186,20 @@ func (h *Handler) replace(w http.ResponseWriter, r *http.Request, k *kind, byURL
 // is, whatever its version: the seed's PUT. A write that loses a race to
 // another is made again on what won, so the last writer wins.
 func (h *Handler) upsert(w http.ResponseWriter, r *http.Request, k *kind, rule limiter.Rule, from limiter.RuleKey) {
-	if h.readOnlyAny(w, k, rule.Key(), from) {
+	if !h.checkWrite(w, r, rule, from) || h.readOnlyAny(w, k, rule.Key(), from) || !h.checkLooser(w, r, rule) {
 		return
 	}
 	at := cmp.Or(from, rule.Key())
 	var saved configstore.Rule
 	var err error
 	var version int64
+	var before *configstore.Rule
 	for range 4 {
 		cur, ok := h.current(w, r, at)
 		if !ok {
 			return
 		}
+		before = cur
 		switch {
 		case cur != nil:
 			version = cur.Version
@@ -210,7 +215,7 @@ func (h *Handler) upsert(w http.ResponseWriter, r *http.Request, k *kind, rule l
 			break
 		}
 	}
-	h.answerSave(w, r, k, rule, from, version, saved, err)
+	h.answerSave(w, r, k, rule, from, version, before, saved, err)
 }
 
 // writeVersion is the version a write is conditional on: the body's, or
@@ -239,7 +244,7 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request, k *kind) {
 		return
 	}
 	key := base.Key()
-	if h.readOnly(w, k, key) {
+	if !h.checkWrite(w, r, *base, "") || h.readOnly(w, k, key) {
 		return
 	}
 	cur, ok := h.current(w, r, key)
@@ -280,6 +285,10 @@ func (h *Handler) getOne(w http.ResponseWriter, r *http.Request, k *kind) {
 		return
 	}
 	key := base.Key()
+	if p := principalOf(r); !p.sees(*base) {
+		h.forbidden(w, r, p, base.ID()+" is outside its subtree")
+		return
+	}
 	var found *configstore.Rule
 	if cr, isConfig := h.config[key]; isConfig {
 		found = &configstore.Rule{Rule: cr}
@@ -308,11 +317,33 @@ func (h *Handler) getOne(w http.ResponseWriter, r *http.Request, k *kind) {
 // save writes a checked rule, moved from the key from if that is set, at
 // version (0: create), and answers with what was saved.
 func (h *Handler) save(w http.ResponseWriter, r *http.Request, k *kind, rule limiter.Rule, from limiter.RuleKey, version int64) {
-	if h.readOnlyAny(w, k, rule.Key(), from) {
+	if !h.checkWrite(w, r, rule, from) || h.readOnlyAny(w, k, rule.Key(), from) || !h.checkLooser(w, r, rule) {
 		return
 	}
+	var before *configstore.Rule
+	if version != 0 {
+		// For the audit trail: the rule as this instance last read it
+		// (its version checked, one small read), not a read of its own.
+		before = h.known(r, cmp.Or(from, rule.Key()))
+	}
 	saved, err := h.put(r, rule, from, version)
-	h.answerSave(w, r, k, rule, from, version, saved, err)
+	h.answerSave(w, r, k, rule, from, version, before, saved, err)
+}
+
+// known returns the manual rule at key as the watcher's snapshot has it
+// (the store's version read, the snapshot only when it changed); nil
+// when there is none or the store cannot say.
+func (h *Handler) known(r *http.Request, key limiter.RuleKey) *configstore.Rule {
+	snap, err := h.cfg.Watcher.Current(r.Context())
+	if err != nil {
+		return nil
+	}
+	for _, m := range snap.Rules {
+		if m.Key() == key {
+			return &m
+		}
+	}
+	return nil
 }
 
 // put writes a checked rule at version (0: create; otherwise an update
@@ -327,7 +358,7 @@ func (h *Handler) put(r *http.Request, rule limiter.Rule, from limiter.RuleKey, 
 // answerSave answers a write of rule at version: what was saved, or why
 // not (409 with the current rule when the version was not the current
 // one, or the rule exists already).
-func (h *Handler) answerSave(w http.ResponseWriter, r *http.Request, k *kind, rule limiter.Rule, from limiter.RuleKey, version int64, saved configstore.Rule, err error) {
+func (h *Handler) answerSave(w http.ResponseWriter, r *http.Request, k *kind, rule limiter.Rule, from limiter.RuleKey, version int64, before *configstore.Rule, saved configstore.Rule, err error) {
 	key := rule.Key()
 	var conflict *configstore.ConflictError
 	switch {
@@ -356,9 +387,15 @@ func (h *Handler) answerSave(w http.ResponseWriter, r *http.Request, k *kind, ru
 	case from != "" && from != key:
 		verb = "moved"
 	}
-	h.log.Info(k.what+" "+verb, "rule", rule.ID(), "version", saved.Version)
+	h.log.Info(k.what+" "+verb, "rule", rule.ID(), "version", saved.Version, "actor", principalOf(r).actor())
+	var was any
+	if before != nil && version != 0 {
+		was = k.view(before.Rule, before.Version, before.UpdatedAt)
+	}
+	after := k.view(saved.Rule, saved.Version, saved.UpdatedAt)
+	h.record(r, rule.ID(), pathOf(rule), was, after)
 	w.Header().Set("ETag", etag(saved.Version))
-	writeJSON(w, status, k.view(saved.Rule, saved.Version, saved.UpdatedAt))
+	writeJSON(w, status, after)
 }
 
 // etag is a rule's version as an ETag, which If-Match takes back.
@@ -441,9 +478,10 @@ func (h *Handler) remove(w http.ResponseWriter, r *http.Request, k *kind, byURL 
 		return
 	}
 	key := rule.Key()
-	if h.readOnly(w, k, key) {
+	if !h.checkWrite(w, r, rule, "") || h.readOnly(w, k, key) {
 		return
 	}
+	before := h.known(r, key)
 	err := h.cfg.Store.DeleteRule(r.Context(), key, version)
 	var conflict *configstore.ConflictError
 	switch {
@@ -459,7 +497,12 @@ func (h *Handler) remove(w http.ResponseWriter, r *http.Request, k *kind, byURL 
 		return
 	}
 	h.reload(r)
-	h.log.Info(k.what+" deleted", "rule", rule.ID())
+	h.log.Info(k.what+" deleted", "rule", rule.ID(), "actor", principalOf(r).actor())
+	var was any
+	if before != nil {
+		was = k.view(before.Rule, before.Version, before.UpdatedAt)
+	}
+	h.record(r, rule.ID(), pathOf(rule), was, nil)
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": rule.ID()})
 }
 
@@ -476,6 +519,13 @@ func (h *Handler) resetOne(w http.ResponseWriter, r *http.Request, k *kind) {
 		return
 	}
 	key := rule.Key()
+	if p := principalOf(r); !p.master {
+		// A delegated key resets what it may write, never what binds it.
+		if why := h.mayWrite(p, rule, ""); why != "" {
+			h.forbidden(w, r, p, why)
+			return
+		}
+	}
 	live, ok := h.cfg.Limiter.Rules().Lookup(key)
 	if !ok {
 		if err := h.cfg.Watcher.Load(r.Context()); err != nil {
@@ -492,6 +542,7 @@ func (h *Handler) resetOne(w http.ResponseWriter, r *http.Request, k *kind) {
 		return
 	}
 	h.reload(r)
-	h.log.Info(k.what+" counters reset", "rule", live.ID())
+	h.log.Info(k.what+" counters reset", "rule", live.ID(), "actor", principalOf(r).actor())
+	h.record(r, live.ID(), pathOf(live), nil, map[string]any{"reset": live.ID()})
 	writeJSON(w, http.StatusOK, map[string]any{"reset": live.ID()})
 }

@@ -20,6 +20,7 @@ type keyView struct {
 	Tags      string     `json:"tags,omitempty"`
 	Class     string     `json:"class,omitempty"`
 	MaxClass  string     `json:"max_class,omitempty"`
+	Admin     bool       `json:"admin,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at"`
 	Revoked   bool       `json:"revoked"`
@@ -27,7 +28,7 @@ type keyView struct {
 
 func keyViewOf(k configstore.Key) keyView {
 	v := keyView{ID: k.ID, Prefix: k.Prefix, Name: k.Name, UserPath: k.UserPath, Tags: limiter.FormatTags(k.Tags), Class: k.Class, MaxClass: k.MaxClass,
-		CreatedAt: k.CreatedAt, Revoked: k.Revoked}
+		Admin: k.Admin, CreatedAt: k.CreatedAt, Revoked: k.Revoked}
 	if !k.ExpiresAt.IsZero() {
 		e := k.ExpiresAt
 		v.ExpiresAt = &e
@@ -47,6 +48,9 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 		// caps the class they may claim.
 		Class    string `json:"class"`
 		MaxClass string `json:"max_class"`
+		// Admin makes the key a delegated administrator of its user
+		// path's subtree.
+		Admin bool `json:"admin"`
 	}
 	var errs []fieldError
 	if _, ok := decode(w, r, &in, &errs); !ok {
@@ -88,11 +92,21 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 		invalid(w, errs)
 		return
 	}
+	if p := principalOf(r); !p.master {
+		if why := mayKey(p, in.UserPath, in.Admin); why != "" {
+			h.forbidden(w, r, p, why)
+			return
+		}
+		if !p.key.ExpiresAt.IsZero() && (expires.IsZero() || expires.After(p.key.ExpiresAt)) {
+			// A key it makes ends when it does, at the latest.
+			expires = p.key.ExpiresAt
+		}
+	}
 	secret := configstore.NewSecret()
 	hash := configstore.Hash(secret)
 	k := configstore.Key{
 		ID: configstore.KeyID(hash), Hash: hash, Prefix: secret[:9], Name: in.Name,
-		UserPath: in.UserPath, Tags: tags, Class: in.Class, MaxClass: in.MaxClass, CreatedAt: now.UTC(), ExpiresAt: expires.UTC(),
+		UserPath: in.UserPath, Tags: tags, Class: in.Class, MaxClass: in.MaxClass, Admin: in.Admin, CreatedAt: now.UTC(), ExpiresAt: expires.UTC(),
 	}
 	if expires.IsZero() {
 		k.ExpiresAt = time.Time{}
@@ -101,8 +115,9 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, err)
 		return
 	}
-	h.log.Info("key created", "key_id", k.ID, "user_path", k.UserPath, "name", k.Name)
+	h.log.Info("key created", "key_id", k.ID, "user_path", k.UserPath, "name", k.Name, "admin", k.Admin, "actor", principalOf(r).actor())
 	v := keyViewOf(k)
+	h.record(r, k.ID, k.UserPath, nil, v)
 	// The one response that carries the secret.
 	writeJSON(w, http.StatusCreated, struct {
 		keyView
@@ -116,15 +131,40 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, err)
 		return
 	}
-	out := make([]keyView, len(keys))
-	for i, k := range keys {
-		out[i] = keyViewOf(k)
+	p := principalOf(r)
+	out := make([]keyView, 0, len(keys))
+	for _, k := range keys {
+		if p.within(k.UserPath) {
+			out = append(out, keyViewOf(k))
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
 }
 
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
-	k, err := h.cfg.Store.RevokeKey(r.Context(), r.PathValue("id"))
+	id := r.PathValue("id")
+	ctx, cancel := storeCtx(r)
+	defer cancel()
+	cur, err := h.cfg.Store.KeyByID(ctx, id)
+	switch {
+	case errors.Is(err, configstore.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", "no key with id "+id, nil)
+		return
+	case err != nil:
+		h.storeFailed(w, err)
+		return
+	}
+	if p := principalOf(r); !p.master {
+		why := mayKey(p, cur.UserPath, cur.Admin)
+		if why == "" && cur.ID == p.key.ID {
+			why = "a key does not revoke itself"
+		}
+		if why != "" {
+			h.forbidden(w, r, p, why)
+			return
+		}
+	}
+	k, err := h.cfg.Store.RevokeKey(ctx, id)
 	switch {
 	case errors.Is(err, configstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", "no key with id "+r.PathValue("id"), nil)
@@ -133,9 +173,10 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, err)
 		return
 	}
-	if h.cfg.KeyRevoked != nil {
-		h.cfg.KeyRevoked(k)
+	h.log.Info("key revoked", "key_id", k.ID, "user_path", k.UserPath, "actor", principalOf(r).actor())
+	if h.cfg.OnRevoke != nil {
+		h.cfg.OnRevoke(k.Hash)
 	}
-	h.log.Info("key revoked", "key_id", k.ID, "user_path", k.UserPath)
+	h.record(r, k.ID, k.UserPath, keyViewOf(cur), keyViewOf(k))
 	writeJSON(w, http.StatusOK, keyViewOf(k))
 }

@@ -26,20 +26,21 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.cfg.Now()
+	who := principalOf(r)
 	pauses := []pauseView{}
 	for _, p := range snap.Pauses {
-		if p.Active(now) {
+		if p.Active(now) && who.seesPause(p) {
 			pauses = append(pauses, pauseViewOf(p, now))
 		}
 	}
 	providers := slices.Clone(h.cfg.Providers)
-	if providers == nil {
-		providers = []Provider{}
+	if providers == nil || !who.master {
+		providers = []Provider{} // a delegated key's view is its subtree's
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"version":     snap.Version,
-		"rate_limits": h.views(rules, snap, usage),
-		"budgets":     h.views(budgets, snap, usage),
+		"rate_limits": h.views(who, rules, snap, usage),
+		"budgets":     h.views(who, budgets, snap, usage),
 		"pauses":      pauses,
 		"providers":   providers,
 	})

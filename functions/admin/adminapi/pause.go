@@ -116,13 +116,19 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		invalid(w, errs)
 		return
 	}
+	if who := principalOf(r); !who.master && !(p.Scope == limiter.ScopeUserPath && who.within(p.Subject)) {
+		h.forbidden(w, r, who, "it pauses user paths within its subtree only")
+		return
+	}
 	if err := h.cfg.Store.PutPause(r.Context(), p); err != nil {
 		h.storeFailed(w, err)
 		return
 	}
 	h.reload(r)
-	h.log.Warn("paused", "pause", p.ID(), "reason", p.Reason, "until", p.Until)
-	writeJSON(w, http.StatusCreated, pauseViewOf(p, now))
+	h.log.Warn("paused", "pause", p.ID(), "reason", p.Reason, "until", p.Until, "actor", principalOf(r).actor())
+	view := pauseViewOf(p, now)
+	h.record(r, p.ID(), pausePath(p), nil, view)
+	writeJSON(w, http.StatusCreated, view)
 }
 
 func (h *Handler) unpause(w http.ResponseWriter, r *http.Request) {
@@ -136,6 +142,10 @@ func (h *Handler) unpause(w http.ResponseWriter, r *http.Request) {
 		invalid(w, errs)
 		return
 	}
+	if who := principalOf(r); !who.master && !(p.Scope == limiter.ScopeUserPath && who.beneath(p.Subject)) {
+		h.forbidden(w, r, who, "it lifts pauses beneath its path only")
+		return
+	}
 	err := h.cfg.Store.DeletePause(r.Context(), p.Key())
 	switch {
 	case errors.Is(err, configstore.ErrNotFound):
@@ -146,7 +156,8 @@ func (h *Handler) unpause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.reload(r)
-	h.log.Warn("pause lifted", "pause", p.ID())
+	h.log.Warn("pause lifted", "pause", p.ID(), "actor", principalOf(r).actor())
+	h.record(r, p.ID(), pausePath(p), map[string]any{"paused": p.ID()}, nil)
 	writeJSON(w, http.StatusOK, map[string]any{"lifted": p.ID()})
 }
 
@@ -157,9 +168,25 @@ func (h *Handler) listPauses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.cfg.Now()
+	who := principalOf(r)
 	out := []pauseView{}
 	for _, p := range snap.Pauses {
-		out = append(out, pauseViewOf(p, now))
+		if who.seesPause(p) {
+			out = append(out, pauseViewOf(p, now))
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"pauses": out})
+}
+
+// pausePath is the user path a pause concerns, for the audit trail.
+func pausePath(p limiter.Pause) string {
+	if p.Scope == limiter.ScopeUserPath {
+		return p.Subject
+	}
+	return ""
+}
+
+// seesPause reports whether a pause is in the principal's view.
+func (p principal) seesPause(ps limiter.Pause) bool {
+	return p.master || ps.Scope == limiter.ScopeUserPath && p.within(ps.Subject)
 }

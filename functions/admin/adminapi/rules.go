@@ -319,6 +319,7 @@ func (h *Handler) resetAll(w http.ResponseWriter, r *http.Request) {
 	}
 	h.reload(r)
 	h.log.Info("all rule counters reset", "rules", len(keys))
+	h.record(r, "*", "", nil, map[string]any{"reset": len(keys)})
 	writeJSON(w, http.StatusOK, map[string]any{"reset": len(keys)})
 }
 

@@ -129,6 +129,9 @@ type Config struct {
 
 	// Metrics receives what the gateway decides (nil: nothing).
 	Metrics metrics.Sink
+	// Observer receives the dashboard's and the report's counts of each
+	// decision and completion (nil: nothing); see Observer.
+	Observer Observer
 
 	// Pauses, when set, returns the pauses in force (the admin API's, kept
 	// fresh by Refresh): requests they match are refused with 503 and the

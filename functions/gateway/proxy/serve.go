@@ -267,6 +267,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		}
 		if perr.RateLimited() {
 			h.cfg.Metrics.Count(metrics.UpstreamRateLimited, 1, "Provider", t.Provider.Name())
+			h.observeUpstream429(ex, t, perr)
 			h.coolDown(ctx, t, perr.Limits, "answered 429")
 		}
 		failed = perr
@@ -419,6 +420,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	clientGone := r.Context().Err() != nil
 	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
 		h.complete(r.Context(), d.Lease, used, reqID)
+	}
+	if perr == nil {
+		h.observeCompletion(ex, t, d.Lease, used)
 	}
 	if perr == nil {
 		h.coolDownIfExhausted(r.Context(), t, res.Limits)
@@ -645,6 +649,7 @@ func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d l
 		reason = "budget"
 	}
 	h.cfg.Metrics.Count(metrics.Refused, 1, "Rule", ruleName(r), "Reason", reason)
+	h.observeRefusal(ex, t, d)
 	h.log.Info("refused",
 		"request_id", reqID,
 		"user_path", ex.caller.UserPath,

@@ -96,5 +96,6 @@ func (h *Handler) wait(r *http.Request, ex *exchange, sk *skip, reqID string) bo
 	}
 	h.log.Info("waiting out a Retry-After that fits the class's wait", "request_id", reqID, "class", ex.caller.Class,
 		"wait_ms", d.Milliseconds(), "class_max_wait_ms", limit.Milliseconds())
+	h.observeWait(ex)
 	return h.cfg.Sleep(r.Context(), d) == nil
 }

@@ -14,7 +14,7 @@ const API = location.pathname.replace(/\/ui\/?$/, '/');
 const REFRESH_MS = 3000;
 const STATS_EVERY = 3;
 
-const state = { overview: null, stats: null, keys: null, tab: 'limits', tick: 0, timer: 0, noticeTimer: 0, busy: false, again: false, editing: { rule: null, budget: null } };
+const state = { overview: null, stats: null, keys: null, alerts: null, audit: null, auditCursor: '', who: null, tab: 'limits', tick: 0, timer: 0, noticeTimer: 0, busy: false, again: false, editing: { rule: null, budget: null } };
 
 // --- DOM helpers ---
 
@@ -106,9 +106,10 @@ async function signIn(ev) {
   input.value = '';
   try {
     await call('GET', 'overview');
+    state.who = await call('GET', 'whoami');
   } catch (e) {
     sessionStorage.removeItem(KEY);
-    err.textContent = e.status === 403 ? 'That is a managed key: the admin pages need the master key.' : e.message;
+    err.textContent = e.status === 403 ? 'That is a managed key without admin: the admin pages need the master key, or a partner key (admin: true).' : e.message;
     show(err, true);
     show($('#login-panel'), true);
     show($('#app'), false);
@@ -119,6 +120,8 @@ async function signIn(ev) {
 
 function signOut(message) {
   sessionStorage.removeItem(KEY);
+  state.who = null;
+  state.stats = state.alerts = state.audit = state.keys = null;
   clearTimeout(state.timer);
   state.timer = 0;
   show($('#app'), false);
@@ -130,12 +133,37 @@ function signOut(message) {
   $('#status').textContent = '';
 }
 
-function start() {
+async function start() {
   show($('#login-panel'), false);
   show($('#app'), true);
   show($('#logout'), true);
   state.tick = 0;
+  if (!state.who) {
+    try {
+      state.who = await call('GET', 'whoami');
+    } catch (e) {
+      return;
+    }
+  }
+  applyWho();
   refresh();
+}
+
+// applyWho fits the page to who signed in: a partner key sees its own
+// subtree, makes user-path rules beneath its path, and has no provider
+// view.
+function applyWho() {
+  const w = state.who;
+  const partner = !!(w && w.delegated);
+  const badge = $('#who');
+  badge.textContent = partner ? 'partner ' + w.actor + ' · ' + w.user_path : '';
+  show(badge, partner);
+  show($('#tabs [data-tab=applies]'), !partner);
+  if (partner && state.tab === 'applies') selectTab('limits');
+  for (const f of [$('#rule-form'), $('#budget-form')]) {
+    for (const o of f.elements.scope.options) o.disabled = partner && o.value !== 'user_path';
+    f.elements.subject.placeholder = partner ? w.user_path + '/…' : '/team, openai, gpt-4o, feature=x, key id';
+  }
 }
 
 // --- refreshing ---
@@ -154,11 +182,18 @@ async function refresh() {
     const reads = [call('GET', 'overview')];
     if (state.tick % STATS_EVERY === 0 || !state.stats) reads.push(call('GET', 'stats').catch((e) => (e.status === 404 ? null : Promise.reject(e))));
     else reads.push(undefined);
-    if (state.tab === 'keys') reads.push(call('GET', 'keys'));
-    const [overview, stats, keys] = await Promise.all(reads);
+    // The tab in sight reads its own data; the others read nothing.
+    const tabRead = { keys: () => call('GET', 'keys'), alerts: () => call('GET', 'alerts').catch((e) => (e.status === 404 ? null : Promise.reject(e))),
+      audit: () => call('GET', 'audit?since=168h&limit=50&cursor=' + encodeURIComponent(state.auditCursor) + '&subject=' + encodeURIComponent($('#audit-subject').value.trim())) }[state.tab];
+    reads.push(tabRead ? tabRead() : undefined);
+    const [overview, stats, tabData] = await Promise.all(reads);
     state.overview = overview;
     if (stats !== undefined) state.stats = stats;
-    if (keys !== undefined) state.keys = keys.keys;
+    if (tabData !== undefined) {
+      if (state.tab === 'keys') state.keys = tabData.keys;
+      if (state.tab === 'alerts') state.alerts = tabData;
+      if (state.tab === 'audit') state.audit = tabData;
+    }
     state.tick++;
     render();
     $('#status').textContent = 'configuration version ' + overview.version + ' · read ' + new Date().toLocaleTimeString();
@@ -183,6 +218,9 @@ function render() {
   renderApplies();
   renderKeys();
   renderCharts();
+  renderOps();
+  renderAlerts();
+  renderAudit();
 }
 
 // --- usage bars ---
@@ -258,8 +296,19 @@ function renderRules() {
   body.replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colSpan: 5, class: 'empty', text: 'No rate limits.' }))]));
 }
 
+// mine says whether the signed-in key may write rule r: the master any
+// manual rule; a partner key those beneath its path (or per child of it).
+function mine(r) {
+  const w = state.who;
+  if (!w || !w.delegated) return true;
+  const p = w.user_path.toLowerCase();
+  const s = r.subject.toLowerCase();
+  return r.scope === 'user_path' && ((s.startsWith(p + '/') || p === '/') && s !== p || (s === p && r.per_child));
+}
+
 function actions(r, kind) {
   const collection = kind === 'rule' ? 'rate-limits' : 'budgets';
+  if (!mine(r)) return [el('span', { class: 'muted', text: 'binds you · read-only' })];
   const reset = el('button', { class: 'small quiet', 'data-action': 'reset', title: 'Start new counters for this ' + kind, text: 'Reset',
     on: { click: () => act(() => call('POST', collection + '/reset-one', { id: r.id }), r.id + ': counters reset') } });
   if (r.source === 'config') return [reset];
@@ -522,7 +571,7 @@ function renderKeys() {
     el('td', {}, el('span', { class: 'rule-id', text: k.id }), el('div', { class: 'muted', text: k.prefix + '…' }),
       k.revoked ? el('span', { class: 'badge paused', text: 'revoked' }) : null),
     el('td', { text: k.name || '' }), el('td', { class: 'rule-id', text: k.user_path }), el('td', { text: k.tags || '' }),
-    el('td', { text: k.class || '' }), el('td', { text: new Date(k.created_at).toLocaleString() }),
+    el('td', { text: (k.class || '') }, k.admin ? el('span', { class: 'badge manual', text: 'partner admin' }) : null), el('td', { text: new Date(k.created_at).toLocaleString() }),
     el('td', { text: k.expires_at ? new Date(k.expires_at).toLocaleString() : 'never' }),
     el('td', {}, k.revoked ? null : el('button', { class: 'small danger', 'data-action': 'revoke', text: 'Revoke',
       on: { click: () => confirm('Revoke ' + k.id + '? Requests with it are refused within seconds.') && act(() => call('DELETE', 'keys/' + encodeURIComponent(k.id)), k.id + ': revoked') } }))));
@@ -534,6 +583,7 @@ async function createKey(ev) {
   const f = ev.target;
   const b = {};
   for (const k of ['name', 'user_path', 'tags', 'class', 'expires_in']) if (f.elements[k].value.trim()) b[k] = f.elements[k].value.trim();
+  if (f.elements.admin.checked) b.admin = true;
   show($('#key-error'), false);
   let made;
   try {
@@ -649,13 +699,98 @@ function estimateChart(s) {
   return [chart, legend(names)];
 }
 
+// --- operations: seed 001's questions ---
+
+// table fills a table's body with rows, or says there are none.
+function table(sel, rows, cols, none) {
+  $(sel + ' tbody').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colSpan: cols, class: 'empty', text: none || 'None in the last hour.' }))]));
+}
+
+function namedText(list) {
+  return list && list.length ? list.map((x) => x.name + ' ' + n(x.value)).join(' · ') : '—';
+}
+
+const OUTCOME_WORDS = { refused: 'refused', waited: 'waited', upstream_429: 'upstream 429 after admission', fallback: 'fell back (not counted yet)', downgraded: 'downgraded (not counted yet)' };
+
+function renderOps() {
+  const s = state.stats;
+  if (!s || !s.top_user_paths) {
+    $('#stats-cost').textContent = s ? '' : 'This store keeps no stats.';
+    return;
+  }
+  $('#stats-cost').textContent = 'Each refresh of these numbers reads ' + s.store_cost + '.';
+  for (const [sel, dim] of [['#top-requests', 'requests'], ['#top-input', 'input_tokens'], ['#top-output', 'output_tokens']]) {
+    table(sel, s.top_user_paths[dim].map((x) => el('tr', { 'data-path': x.name }, el('td', { class: 'rule-id', text: x.name }), el('td', { text: n(x.value) }))), 2);
+  }
+  const outcomes = Object.keys(OUTCOME_WORDS).filter((o) => s.outcomes[o]);
+  table('#outcomes', outcomes.map((o) => el('tr', { 'data-outcome': o }, el('td', { text: OUTCOME_WORDS[o] }),
+    el('td', { class: 'by-class', text: namedText(s.outcomes[o].class) }), el('td', { class: 'by-model', text: namedText(s.outcomes[o].model) }))), 3);
+  table('#bottlenecks', s.bottlenecks.map((b) => el('tr', { 'data-provider': b.provider }, el('td', { text: b.provider }),
+    el('td', { class: 'rule-id', text: b.rule }), el('td', { class: 'num', text: n(b.refusals) }), el('td', { class: 'muted', text: namedText(b.rules) }))), 4);
+  const buckets = s.retry_buckets;
+  $('#retry-after thead').replaceChildren(el('tr', {}, el('th', { text: 'Provider' }), el('th', { text: 'Limiter' }), buckets.map((b) => el('th', { text: b }))));
+  const retryRows = [];
+  for (const lim of ['local', 'upstream']) {
+    for (const p of Object.keys(s.retry_after[lim] || {}).sort()) {
+      const counts = s.retry_after[lim][p];
+      retryRows.push(el('tr', { 'data-provider': p, 'data-limiter': lim }, el('td', { text: p }), el('td', { text: lim }),
+        buckets.map((b) => el('td', { class: 'num', text: n(counts[b]) }))));
+    }
+  }
+  table('#retry-after', retryRows, 2 + buckets.length);
+  table('#cache-headroom', Object.keys(s.cache_headroom).sort().map((p) => el('tr', { 'data-provider': p }, el('td', { text: p }), el('td', { text: n(s.cache_headroom[p]) }))), 2);
+  $('#fair-note').textContent = s.fair_share.note;
+  table('#fair-members', Object.keys(s.fair_share.members).sort().map((r) => el('tr', { 'data-rule': r }, el('td', { class: 'rule-id', text: r }),
+    el('td', { text: namedText(s.fair_share.members[r]) }))), 2);
+}
+
+// --- alerts ---
+
+function alertValue(a) {
+  if (a.kind === 'use' || a.kind === 'forecast') return Math.round(100 * a.value) + ' %';
+  if (a.kind === 'upstream_429') return (100 * a.value).toFixed(1) + ' %';
+  return Number(a.value).toFixed(2);
+}
+
+function renderAlerts() {
+  const a = state.alerts;
+  if (!a) return;
+  const when = (t) => (t ? new Date(t).toLocaleString() : '');
+  table('#alerts-active', a.active.map((x) => el('tr', { 'data-alert': x.id },
+    el('td', {}, el('span', { class: 'rule-id', text: x.subject }), el('span', { class: 'badge paused', text: x.kind + (x.threshold ? ' ≥ ' + x.threshold : '') })),
+    el('td', { class: 'status-firing', text: alertValue(x) }), el('td', { text: when(x.fired_at) }), el('td', { text: x.message }))), 4, 'No alert firing.');
+  table('#alerts-recent', a.recent.map((x) => el('tr', { 'data-alert': x.id },
+    el('td', {}, el('span', { class: 'rule-id', text: x.subject }), el('span', { class: 'badge', text: x.kind })),
+    el('td', { text: when(x.fired_at) }), el('td', { text: when(x.resolved_at) }), el('td', { text: x.message }))), 4, 'None resolved this week.');
+  $('#alerts-config').textContent = a.config ? JSON.stringify(a.config, null, 2) : 'A partner key sees the alerts on its own subtree\'s rules and budgets.';
+}
+
+// --- audit ---
+
+function short(v) {
+  const t = JSON.stringify(v);
+  return t.length > 240 ? t.slice(0, 240) + '…' : t;
+}
+
+function renderAudit() {
+  const a = state.audit;
+  if (!a) return;
+  table('#audit', a.entries.map((e) => el('tr', { 'data-audit': e.id, 'data-target': e.target },
+    el('td', { text: new Date(e.at).toLocaleString() }),
+    el('td', {}, el('span', { class: 'rule-id', text: e.actor }), e.actor_user_path ? el('div', { class: 'muted', text: e.actor_user_path }) : null),
+    el('td', { class: 'rule-id', text: e.action }),
+    el('td', {}, el('span', { class: 'rule-id', text: e.target }), e.user_path ? el('div', { class: 'muted', text: e.user_path }) : null),
+    el('td', {}, el('code', { class: 'json', text: 'before ' + short(e.before) }), el('code', { class: 'json', text: 'after ' + short(e.after) })))), 5, 'No admin writes in this page.');
+  show($('#audit-older'), !!a.next_cursor);
+}
+
 // --- wiring ---
 
 function selectTab(name) {
   state.tab = name;
   for (const b of document.querySelectorAll('#tabs .tab')) b.classList.toggle('active', b.dataset.tab === name);
   for (const p of document.querySelectorAll('.tabpane')) show(p, p.id === 'tab-' + name);
-  if (name === 'keys' || name === 'charts') refresh();
+  if (['keys', 'charts', 'ops', 'alerts', 'audit'].includes(name)) refresh();
 }
 
 document.addEventListener('DOMContentLoaded', () => {
@@ -668,6 +803,9 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#rule-form').elements.period.addEventListener('change', () => showPeriodFields($('#rule-form')));
   $('#budget-form').addEventListener('submit', saveBudget);
   $('#key-form').addEventListener('submit', createKey);
+  $('#audit-newest').addEventListener('click', () => { state.auditCursor = ''; refresh(); });
+  $('#audit-older').addEventListener('click', () => { if (state.audit && state.audit.next_cursor) { state.auditCursor = state.audit.next_cursor; refresh(); } });
+  $('#audit-subject').addEventListener('change', () => { state.auditCursor = ''; refresh(); });
   $('#secret-done').addEventListener('click', () => { $('#secret-value').textContent = ''; show($('#secret'), false); });
   for (const b of document.querySelectorAll('[data-cancel]')) b.addEventListener('click', () => show(b.closest('form'), false));
   $('#applies-target').addEventListener('change', () => { $('#applies-model').value = ''; if (state.overview) renderApplies(); });
