@@ -67,6 +67,7 @@ alerts:
 	// Five chats of one output token: $5 spent, once settled.
 	for range 5 {
 		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`))
+		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("X-Tollgate-User-Path", "/team")
 		w := httptest.NewRecorder()
 		a.Gateway.ServeHTTP(w, r)
