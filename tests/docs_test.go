@@ -257,8 +257,8 @@ func TestDocsListEveryMakeTarget(t *testing.T) {
 }
 
 var (
-	patternRE    = regexp.MustCompile(`(?:HandleFunc|Handle)\("((?:[A-Z]+ )?/[^"]*)"(\s*\+\s*k\.collection\s*\+\s*"[^"]*"|\s*\+\s*k\.collection)?`)
-	crudRE       = regexp.MustCompile(`HandleFunc\("([A-Z]+) "\s*\+\s*k\.collection(?:\s*\+\s*"([^"]*)")?`)
+	patternRE    = regexp.MustCompile(`(?:HandleFunc|Handle|h\.handle)\("((?:[A-Z]+ )?/[^"]*)"(\s*\+\s*k\.collection\s*\+\s*"[^"]*"|\s*\+\s*k\.collection)?`)
+	crudRE       = regexp.MustCompile(`(?:HandleFunc|h\.handle)\("([A-Z]+) "\s*\+\s*k\.collection(?:\s*\+\s*"([^"]*)")?`)
 	collectionRE = regexp.MustCompile(`collection:\s*"(/admin/[^"]+)"`)
 	paramRE      = regexp.MustCompile(`\{[^}]*\}[^/]*`)
 	routeRE      = regexp.MustCompile(`^(?:(GET|POST|PUT|PATCH|DELETE) )?(/\S*)$`)
