@@ -15,8 +15,8 @@ import (
 )
 
 // Fair share across two gateway processes on DynamoDB Local, in real
-// time, three scenarios at once on three model rules of 60 per 10 s, each
-// shared by /t/a and /t/b: a floods with 4 clients (each retrying after
+// time, three scenarios at once on three model rules of 60 per 10 s (the
+// last 120, for a ratio of more requests), each shared by /t/a and /t/b: a floods with 4 clients (each retrying after
 // the Retry-After it is given) while b asks every 2 s; a floods alone;
 // with weights 3:1 both flood. Measured over 20 s, after 40 s in which
 // the counters fill (first come, first served: nobody is refused yet, so
@@ -39,7 +39,7 @@ func TestFairShareAcrossProcesses(t *testing.T) {
     - model: openai/m2
       limits: [{period_seconds: 10, max_requests: 60, fair_share: {by: user_path}}]
     - model: openai/m3
-      limits: [{period_seconds: 10, max_requests: 60, fair_share: {by: user_path, weights: {/t/a: 3, /t/b: 1}}}]
+      limits: [{period_seconds: 10, max_requests: 120, fair_share: {by: user_path, weights: {/t/a: 3, /t/b: 1}}}]
 `)
 	start := time.Now()
 	measureFrom, end := start.Add(40*time.Second), start.Add(60*time.Second)
