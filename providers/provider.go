@@ -47,6 +47,16 @@ var opNames = map[Op]string{
 	OpCountTokens: "count_tokens", OpRealtime: "realtime",
 }
 
+// ParseOp returns the operation of a route name ("chat", "messages", …).
+func ParseOp(name string) (Op, bool) {
+	for o, n := range opNames {
+		if n == name {
+			return o, true
+		}
+	}
+	return 0, false
+}
+
 func (o Op) String() string {
 	if s, ok := opNames[o]; ok {
 		return s
