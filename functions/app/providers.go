@@ -113,4 +113,3 @@ func (a *App) resolveKeys(ctx context.Context, specs []config.ProviderSpec) erro
 	}
 	return errors.Join(errs...)
 }
-

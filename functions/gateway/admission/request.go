@@ -19,7 +19,7 @@ type Request struct {
 	// Provider, when Model and Route are unset, is the provider the
 	// request goes to, with no model (a batch submission).
 	Provider string
-	Op    providers.Op
+	Op       providers.Op
 	// Caller is who asks.
 	Caller Caller
 	// InputTokens is the gateway's estimate of the prompt; MaxTokens the
