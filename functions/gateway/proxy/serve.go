@@ -197,6 +197,39 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	if res.BatchID != "" && h.cfg.Batches != nil {
 		h.recordBatch(r.Context(), ex, t, res.BatchID, reqID)
 	}
+	used, perr := usageOf(ex, t, res, err, tw.wrote)
+	clientGone := r.Context().Err() != nil
+	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
+		h.complete(r.Context(), d.Lease, used, reqID)
+	}
+	if perr == nil {
+		h.observeCompletion(ex, t, d.Lease, used)
+	}
+	if perr == nil && !ex.stream && res.Status/100 == 2 {
+		took := h.cfg.Now().Sub(start)
+		h.lat.record(admission.CooldownKey(t), start, took)
+		h.lat.record(admission.ProviderKey(t), start, took)
+	}
+	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, start)
+	switch {
+	case perr != nil && clientGone:
+		// The client's own cancellation (or the function's deadline) is no
+		// failure of the upstream's, and nobody is left to fail over for.
+		h.log.Info("client went away before the answer", "request_id", reqID, "provider", t.Provider.Name(),
+			"err", r.Context().Err().Error())
+		return res.Limits, errClientGone
+	case perr != nil:
+		h.log.Warn("upstream failed before answering",
+			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
+	}
+	return res.Limits, perr
+}
+
+// usageOf is what a forwarded request used, and the provider's error
+// when the upstream failed before anything was written (the request can
+// then fail over): an upstream that answered with an error status used
+// nothing; one that timed out may have, so its reservation is kept.
+func usageOf(ex *exchange, t providers.Target, res providers.Result, err error, wrote bool) (limiter.Usage, *providers.Error) {
 	used := limiter.Usage{
 		InputTokens:       res.Usage.InputTokens,
 		OutputTokens:      res.Usage.OutputTokens,
@@ -210,34 +243,25 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		// The prompt went out whole even if the answer broke off.
 		used.InputTokens = ex.chargedInput()
 	}
+	if err == nil || wrote {
+		return used, nil
+	}
 	var perr *providers.Error
-	if err != nil && !tw.wrote {
-		if !errors.As(err, &perr) {
-			perr = &providers.Error{Provider: t.Provider.Name(), Err: err}
-		}
-		// An upstream that answered with an error status used nothing; one
-		// that timed out may have, so its reservation is kept.
-		used = limiter.Usage{Exact: perr.Status != 0}
+	if !errors.As(err, &perr) {
+		perr = &providers.Error{Provider: t.Provider.Name(), Err: err}
 	}
-	clientGone := r.Context().Err() != nil
-	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
-		h.complete(r.Context(), d.Lease, used, reqID)
-	}
-	if perr == nil {
-		h.observeCompletion(ex, t, d.Lease, used)
-	}
-	if perr == nil && !ex.stream && res.Status/100 == 2 {
-		took := h.cfg.Now().Sub(start)
-		h.lat.record(admission.CooldownKey(t), start, took)
-		h.lat.record(admission.ProviderKey(t), start, took)
-	}
-	status := res.Status
+	return limiter.Usage{Exact: perr.Status != 0}, perr
+}
+
+// logFinished writes the line of a finished request. Its attributes are
+// typed: the line is written on every request, and boxing its values
+// would cost an allocation each.
+func (h *Handler) logFinished(ctx context.Context, reqID string, ex *exchange, t providers.Target, status int, perr *providers.Error,
+	used limiter.Usage, clientGone bool, start time.Time) {
 	if perr != nil {
 		status = perr.Status
 	}
-	// Typed attributes: the line is written on every request, and boxing
-	// its values would cost an allocation each.
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "request finished",
+	h.log.LogAttrs(ctx, slog.LevelInfo, "request finished",
 		slog.String("request_id", reqID),
 		slog.String("user_path", ex.caller.UserPath),
 		slog.String("route", ex.op.String()),
@@ -255,18 +279,6 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		slog.Bool("client_gone", clientGone),
 		slog.Int64("duration_ms", h.cfg.Now().Sub(start).Milliseconds()),
 	)
-	switch {
-	case perr != nil && clientGone:
-		// The client's own cancellation (or the function's deadline) is no
-		// failure of the upstream's, and nobody is left to fail over for.
-		h.log.Info("client went away before the answer", "request_id", reqID, "provider", t.Provider.Name(),
-			"err", r.Context().Err().Error())
-		return res.Limits, errClientGone
-	case perr != nil:
-		h.log.Warn("upstream failed before answering",
-			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
-	}
-	return res.Limits, perr
 }
 
 // errClientGone is forward's answer when the client left before the
