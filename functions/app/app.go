@@ -281,6 +281,16 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 		RealtimeMaxSession:    a.Config.Gateway.RealtimeMaxSession,
 		RealtimeSessionTokens: a.Config.Gateway.RealtimeSessionTokens,
 	}
+	for class, f := range a.Config.Shaping.Fallbacks {
+		if pc.Fallbacks == nil {
+			pc.Fallbacks = map[string]admission.Fallback{}
+		}
+		pc.Fallbacks[class], _ = admission.ParseFallback(f) // checked by config
+	}
+	for _, d := range a.Config.Downgrades {
+		pc.Downgrades = append(pc.Downgrades, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused,
+			BudgetBelow: d.BudgetBelow, Classes: d.Classes})
+	}
 	if c, ok := a.Store.(admission.Cooldowns); ok {
 		pc.Cooldowns = c
 	}

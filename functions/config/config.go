@@ -46,6 +46,8 @@ type Config struct {
 	// Providers are the provider instances; Aliases the virtual models.
 	Providers []ProviderSpec
 	Aliases   []AliasSpec
+	// Downgrades are the downgrade rules (downgrade[]).
+	Downgrades []DowngradeSpec
 
 	// Prices are the configured model prices ("model" or
 	// "provider/model"); DefaultPrice is prices.default, if given.
@@ -77,6 +79,10 @@ type Shaping struct {
 	// DefaultClass is the class of a request that names none
 	// (shaping.default_class); "" is none, which waits for nothing.
 	DefaultClass string
+	// Fallbacks maps a class to its policy for targets other than a
+	// request's first choice (shaping.classes.<name>.fallback): any (the
+	// default, not listed), same_family or none.
+	Fallbacks map[string]string
 }
 
 // Gateway holds the gateway options of the file's gateway section.
@@ -205,11 +211,13 @@ type file struct {
 	Models         []aliasYAML          `yaml:"models"`
 	Alerts         *alertsSpec          `yaml:"alerts"`
 	Audit          *auditSpec           `yaml:"audit"`
+	Downgrade      []downgradeYAML      `yaml:"downgrade"`
 }
 
 type shapingSpec struct {
 	Classes map[string]struct {
-		MaxWait string `yaml:"max_wait"`
+		MaxWait  string `yaml:"max_wait"`
+		Fallback string `yaml:"fallback"`
 	} `yaml:"classes"`
 	DefaultClass string `yaml:"default_class"`
 }
@@ -474,7 +482,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	if f.Audit != nil {
 		errs = append(errs, cfg.loadAudit(f.Audit, at)...)
 	}
-	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at))
+	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at), cfg.loadDowngrades(f.Downgrade, at))
 	if st := f.Store; st != nil {
 		if st.RejectCache != "" {
 			d, err := time.ParseDuration(st.RejectCache)
@@ -506,6 +514,16 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			default:
 				cfg.Shaping.Classes[name] = d
 			}
+			switch c.Fallback {
+			case "", "any":
+			case "same_family", "none":
+				if cfg.Shaping.Fallbacks == nil {
+					cfg.Shaping.Fallbacks = map[string]string{}
+				}
+				cfg.Shaping.Fallbacks[name] = c.Fallback
+			default:
+				errs = append(errs, fmt.Errorf("%s: %q is not any, same_family or none", at("shaping", "classes", name, "fallback"), c.Fallback))
+			}
 		}
 		if sh.DefaultClass != "" {
 			if _, ok := cfg.Shaping.Classes[sh.DefaultClass]; !ok {
@@ -514,6 +532,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			cfg.Shaping.DefaultClass = sh.DefaultClass
 		}
 	}
+	errs = append(errs, cfg.checkDowngrades(at))
 	return errors.Join(errs...)
 }
 

@@ -44,6 +44,12 @@ type explainInput struct {
 	// Route is the request's route ("chat", "messages", …; default chat),
 	// whose learned reservation applies.
 	Route string `json:"route"`
+	// What the request's body would need of a model other than its first
+	// choice.
+	Tools            bool `json:"tools"`
+	Vision           bool `json:"vision"`
+	Audio            bool `json:"audio"`
+	StructuredOutput bool `json:"structured_output"`
 }
 
 // explainDecision is what the request would get: its status, and what
@@ -198,6 +204,8 @@ func (h *Handler) explainRequest(in explainInput, errs []fieldError) (admission.
 		UserPathOnly: op == providers.OpBatches, Free: op == providers.OpCountTokens,
 		NoOutput: op == providers.OpEmbeddings || op == providers.OpAudio, Session: op == providers.OpRealtime,
 	}
+	needs := admission.Needs{Tools: in.Tools, Vision: in.Vision, Audio: in.Audio, StructuredOutput: in.StructuredOutput}
+	req.Needs = func() admission.Needs { return needs }
 	return req, errs
 }
 
@@ -280,7 +288,28 @@ func stepDecision(st admission.Step, tr admission.Trace) explainDecision {
 		out.Status, out.Type, out.Message = http.StatusBadGateway, "server_error", "no target could serve the request"
 		return out
 	}
+	if len(st.Incompatible) > 0 {
+		d := skipDecision(st, out)
+		var why []string
+		for _, sk := range st.Incompatible {
+			why = append(why, targetName(sk.Target)+": "+sk.Why)
+		}
+		d.Decision = "no_compatible_target"
+		if st.Refusal == nil {
+			d.Status, d.Type, d.Message = http.StatusBadRequest, "invalid_request_error", "no target can take this request"
+		}
+		d.Message += "; no other target can take the request: " + strings.Join(why, "; ")
+		return d
+	}
+	return skipDecision(st, out)
+}
+
+// skipDecision is what the answer of a refusal says.
+func skipDecision(st admission.Step, out explainDecision) explainDecision {
 	sk := st.Refusal
+	if sk == nil {
+		return out
+	}
 	retry := func() {
 		if sk.Retryable {
 			out.RetryAfterMS, out.Retryable = retryMS(sk.Wait), true
@@ -307,6 +336,8 @@ func skipWhy(sk *admission.Skip) string {
 	switch sk.Reason {
 	case admission.SkipRefused:
 		return sk.Decision.Refused.Message()
+	case admission.SkipIncompatible, admission.SkipDowngrading:
+		return sk.Why
 	case admission.SkipPaused:
 		msg := "paused: " + sk.Pause.ID()
 		if sk.Pause.Reason != "" {

@@ -55,6 +55,11 @@ type Config struct {
 	// the request's deadline) instead of being answered. Nil:
 	// DefaultClasses.
 	Classes map[string]time.Duration
+	// Fallbacks are the classes' policies for targets other than a
+	// request's first choice (a class not in it: FallbackAny).
+	Fallbacks map[string]Fallback
+	// Downgrades are the downgrade rules, in order.
+	Downgrades []Downgrade
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the rule leaves,
 	// if that is at least ClampFloor. Off by default.

@@ -63,6 +63,11 @@ type Config struct {
 	// waits for nothing: seed 000's immediate, exact 429.
 	Classes      map[string]time.Duration
 	DefaultClass string
+	// Fallbacks are the classes' policies for targets other than a
+	// request's first choice (any, the default; same_family; none), and
+	// Downgrades the downgrade rules: see package admission.
+	Fallbacks  map[string]admission.Fallback
+	Downgrades []admission.Downgrade
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -252,7 +257,7 @@ func AdmissionConfig(cfg Config) admission.Config {
 		Limiter: cfg.Limiter, Catalog: cfg.Catalog, Prices: cfg.Prices,
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
 		Cooldowns: cfg.Cooldowns, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
-		Classes: cfg.Classes, ClampFloor: cfg.ClampFloor,
+		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
 		RealtimeMaxSession: cfg.RealtimeMaxSession, RealtimeSessionTokens: cfg.RealtimeSessionTokens,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,6 +83,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		st := adm.Next(ctx)
 		switch st.Kind {
 		case admission.Forward:
+			if st.DowngradedFrom != "" {
+				w.Header().Set(HeaderDowngradedFrom, st.DowngradedFrom)
+			} else {
+				w.Header().Del(HeaderDowngradedFrom)
+			}
 			limits, perr := h.forward(w, r, ex, st.Target, st.Decision, reqID)
 			if perr == errClientGone {
 				return
@@ -92,7 +98,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			}
 			continue
 		case admission.Refuse:
-			writeSkip(w, ex.proto, st.Refusal, h.cfg.Now())
+			writeRefuse(w, ex.proto, st, ex.model, h.cfg.Now())
 		case admission.Unavailable:
 			writeError(w, ex.proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: errCodeServiceUnavailable,
 				message: "the gateway cannot check rate limits right now; nothing was sent upstream, try again shortly"}, time.Second)
@@ -116,6 +122,7 @@ func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID st
 		Caller:      admission.Caller{UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, Class: ex.caller.Class},
 		InputTokens: ex.inputTokens, MaxTokens: ex.maxTokens, Choices: ex.choices,
 		UserPathOnly: ex.userPathOnly, NoOutput: ex.noOutput, Free: ex.free, Session: ex.session,
+		Needs: func() admission.Needs { return needsOf(ex.op, ex.body) },
 		Clamp: func(n int64) bool {
 			body, err := providers.SetModel(ex.body, "", map[string]any{ex.capFieldName(): n})
 			if err != nil {
@@ -127,6 +134,10 @@ func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID st
 		},
 	}
 }
+
+// HeaderDowngradedFrom names, on an answer, the target ("provider/model")
+// a downgrade took the request from.
+const HeaderDowngradedFrom = "X-Tollgate-Downgraded-From"
 
 // HeaderClamped announces that the gateway lowered a request's output cap
 // to fit the token budget.
@@ -143,17 +154,52 @@ func (ex *exchange) capFieldName() string {
 	return "max_tokens"
 }
 
-// writeSkip answers with why the target admission settled on was
-// skipped: a rule's refusal, a pause, or a cooldown.
-func writeSkip(w http.ResponseWriter, proto providers.Protocol, sk *admission.Skip, now time.Time) {
+// writeRefuse answers a Refuse step: with why the target admission
+// settled on was skipped (a rule's refusal, a pause, a cooldown), and
+// when other targets were skipped as incompatible, as
+// no_compatible_target with each one's reason.
+func writeRefuse(w http.ResponseWriter, proto providers.Protocol, st admission.Step, model string, now time.Time) {
+	sk := st.Refusal
+	if sk == nil {
+		w.Header().Set(headerDecision, DecisionNoCompatibleTarget)
+		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: DecisionNoCompatibleTarget,
+			message: "no target of `" + model + "` can take this request: " + incompatibleReasons(st.Incompatible),
+			decision: DecisionNoCompatibleTarget}, 0)
+		return
+	}
+	var e apiError
+	var delay time.Duration
 	switch sk.Reason {
 	case admission.SkipRefused:
-		writeRefusal(w, proto, *sk.Decision)
+		e, delay = refusalError(w.Header(), *sk.Decision)
 	case admission.SkipPaused:
-		writePause(w, proto, *sk.Pause, sk.Wait)
+		e, delay = pauseError(w.Header(), *sk.Pause, sk.Wait)
 	default:
-		writeCooldown(w, proto, sk.Target, sk.Until, now)
+		e, delay = cooldownError(w.Header(), sk.Target, sk.Until, now)
 	}
+	if len(st.Incompatible) > 0 {
+		e.decision = DecisionNoCompatibleTarget
+		e.message += "; no other target can take the request: " + incompatibleReasons(st.Incompatible)
+		w.Header().Set(headerDecision, DecisionNoCompatibleTarget)
+	}
+	writeError(w, proto, e, delay)
+}
+
+// DecisionNoCompatibleTarget is x-tollgate-decision (and the error's
+// code) of a request whose first choice refused it and whose other
+// targets cannot take it.
+const DecisionNoCompatibleTarget = "no_compatible_target"
+
+// incompatibleReasons names each incompatible target and why.
+func incompatibleReasons(skips []admission.Skip) string {
+	var b strings.Builder
+	for i, sk := range skips {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(sk.Target.String() + ": " + sk.Why)
+	}
+	return b.String()
 }
 
 // forward sends an admitted request to target t and records its usage. It
