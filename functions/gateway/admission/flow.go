@@ -140,9 +140,9 @@ type Admission struct {
 	downgradedFrom map[providers.Target]string
 	need           Needs
 	needsRead      bool
-	stopped    bool // the pass ended early: no other target can help
-	clamped    bool
-	waited     bool
+	stopped        bool // the pass ended early: no other target can help
+	clamped        bool
+	waited         bool
 }
 
 // Begin starts the admission of req: it resolves the model to its

@@ -163,7 +163,7 @@ func writeRefuse(w http.ResponseWriter, proto providers.Protocol, st admission.S
 	if sk == nil {
 		w.Header().Set(headerDecision, DecisionNoCompatibleTarget)
 		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: DecisionNoCompatibleTarget,
-			message: "no target of `" + model + "` can take this request: " + incompatibleReasons(st.Incompatible),
+			message:  "no target of `" + model + "` can take this request: " + incompatibleReasons(st.Incompatible),
 			decision: DecisionNoCompatibleTarget}, 0)
 		return
 	}
