@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +162,113 @@ func TestDowngradeWhenTheBudgetRefuses(t *testing.T) {
 	}
 	if !strings.Contains(in.logs.String(), `"msg":"downgraded: admitted on a cheaper model the class opts into"`) {
 		t.Fatal("the downgrade is not logged")
+	}
+}
+
+// headersConfig is one upstream under a provider rule of 100 requests a
+// minute; adapt is replaced by each scenario.
+const headersConfig = `
+providers:
+  - {name: openai, type: compatible, base_url: UPSTREAM/v1}
+rate_limits:
+  providers:
+    - name: openai
+      limits: [{period: minute, max_requests: 100, adapt: ADAPT}]
+`
+
+// Provider headers tune the governor: an upstream reporting
+// x-ratelimit-limit-requests: 50 under a configured provider rule of 100
+// is recorded for every instance; explain shows both; the configured rule
+// is warned about once; and with adapt: true the rule in force follows
+// the report, so the 51st request of the window is refused by the
+// gateway without reaching the upstream.
+func TestProviderHeadersTuneTheGovernor(t *testing.T) {
+	for _, adapt := range []bool{false, true} {
+		up := newUpstream(t, replay(t, "openai_chat.json", 200,
+			"X-Ratelimit-Limit-Requests", "50", "X-Ratelimit-Remaining-Requests", "49", "X-Ratelimit-Limit-Tokens", "30000"))
+		cfg := strings.NewReplacer("UPSTREAM", up.URL, "ADAPT", map[bool]string{true: "true", false: "false"}[adapt]).Replace(headersConfig)
+		in := newInstance(t, dynamotest.Prefix(t), time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+			config.Env{"OPENAI_API_KEY": "k", "TOLLGATE_CONFIG": writeConfig(t, cfg)})
+		const body = `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+		if s, b := in.call(t, "POST", "/v1/chat/completions", master, body); s != 200 {
+			t.Fatalf("adapt %v: the first request: %d %s", adapt, s, b)
+		}
+		in.clock.Add(6 * time.Second) // past the rules' refresh and the report interval
+		served := 1
+		refused := 0
+		for i := 1; i < 60; i++ {
+			res := in.do(t, "POST", "/v1/chat/completions", master, body)
+			switch {
+			case res.StatusCode == 200:
+				served++
+			case res.StatusCode == 429 && res.Header.Get("X-Tollgate-Decision") == "local_reject" &&
+				res.Header.Get("X-Tollgate-Rule") == "provider:openai:minute":
+				refused++
+			default:
+				t.Fatalf("adapt %v: request %d: %d", adapt, i+1, res.StatusCode)
+			}
+			if i == 30 {
+				in.clock.Add(6 * time.Second) // another report, another look at the rule
+			}
+		}
+		want := map[bool]int{true: 50, false: 60}[adapt]
+		if served != want || int(up.calls.Load()) != want || refused != 60-want {
+			t.Fatalf("adapt %v: %d served, %d refused by the gateway, %d reached the upstream; want %d served", adapt, served, refused, up.calls.Load(), want)
+		}
+		if n := strings.Count(in.logs.String(), "a configured rule allows more than the upstream reports it enforces"); n != 1 {
+			t.Fatalf("adapt %v: the configured rule warned about %d times, want once", adapt, n)
+		}
+		_, b := in.call(t, "POST", "/admin/explain", master, `{"user_path":"/","model":"openai/gpt-4o"}`)
+		var ex struct {
+			Rules []struct {
+				Rule            string `json:"rule"`
+				Limit           string `json:"limit"`
+				ConfiguredLimit string `json:"configured_limit"`
+				Upstream        *struct {
+					LimitRequests int64 `json:"limit_requests"`
+					LimitTokens   int64 `json:"limit_tokens"`
+				} `json:"upstream_reports"`
+			} `json:"rules"`
+		}
+		if err := json.Unmarshal(b, &ex); err != nil || len(ex.Rules) != 1 {
+			t.Fatalf("explain: %s", b)
+		}
+		r := ex.Rules[0]
+		wantLimit, wantConfigured := map[bool]string{true: "50", false: "100"}[adapt], map[bool]string{true: "100", false: ""}[adapt]
+		if r.Upstream == nil || r.Upstream.LimitRequests != 50 || r.Upstream.LimitTokens != 30_000 || r.Limit != wantLimit || r.ConfiguredLimit != wantConfigured {
+			t.Fatalf("adapt %v: explain shows %s; want the limit %s in force (configured %q) beside the upstream's 50", adapt, b, wantLimit, wantConfigured)
+		}
+	}
+}
+
+// The YAML examples of docs/design/instead-of-refusing.md are the
+// configurations these tests run, word for word (the headers example with
+// adapt on and a placeholder upstream).
+func TestInsteadOfRefusingExamplesAreTested(t *testing.T) {
+	page, err := os.ReadFile("../docs/design/instead-of-refusing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tested := map[string]string{
+		"compatConfig":    compatConfig,
+		"downgradeConfig": downgradeConfig,
+		"headersConfig":   strings.NewReplacer("UPSTREAM", "http://127.0.0.1:9999", "ADAPT", "true").Replace(headersConfig),
+	}
+	blocks := strings.Split(string(page), "```yaml\n")[1:]
+	if len(blocks) != len(tested) {
+		t.Fatalf("the page has %d YAML examples, the tests %d configurations", len(blocks), len(tested))
+	}
+	for i, b := range blocks {
+		b, _, _ = strings.Cut(b, "```")
+		found := false
+		for name, cfg := range tested {
+			if strings.TrimSpace(cfg) == strings.TrimSpace(b) {
+				found = true
+				delete(tested, name)
+			}
+		}
+		if !found {
+			t.Errorf("YAML example %d of the page is no test's configuration:\n%s", i+1, b)
+		}
 	}
 }

@@ -48,6 +48,9 @@ type Config struct {
 	Aliases   []AliasSpec
 	// Downgrades are the downgrade rules (downgrade[]).
 	Downgrades []DowngradeSpec
+	// AdaptRules are the provider and model rules that follow what their
+	// upstreams report (adapt: true).
+	AdaptRules []limiter.RuleKey
 
 	// Prices are the configured model prices ("model" or
 	// "provider/model"); DefaultPrice is prices.default, if given.
@@ -285,6 +288,9 @@ type limitSpec struct {
 	Ramp *rampSpec `yaml:"ramp" json:"ramp"`
 	// FairShare shares the limit among members by weight.
 	FairShare *fairShareSpec `yaml:"fair_share" json:"fair_share"`
+	// Adapt, on a provider or model window of a minute, lowers its limits
+	// to what the upstream reports it enforces.
+	Adapt bool `yaml:"adapt" json:"-"`
 	// PerChild is accepted in the JSON form only, where there is no
 	// enclosing path entry to carry it.
 	PerChild bool `yaml:"-" json:"per_child"`
@@ -635,10 +641,33 @@ func (cfg *Config) addLimits(at func(keys ...any) string, where []any, scope lim
 	for j, l := range limits {
 		l.PerChild = perChild
 		r, err := l.rule(scope, subject)
-		errs = append(errs, prefix(at(slices.Concat(where, []any{"limits", j})...), err))
+		here := at(slices.Concat(where, []any{"limits", j})...)
+		errs = append(errs, prefix(here, err))
 		cfg.Rules = appendIfValid(cfg.Rules, r, err)
+		if l.Adapt && err == nil {
+			if e := adaptProblem(r); e != nil {
+				errs = append(errs, fmt.Errorf("%s: adapt: %w", here, e))
+			} else {
+				cfg.AdaptRules = append(cfg.AdaptRules, r.Key())
+			}
+		}
 	}
 	return errs
+}
+
+// adaptProblem says why rule r cannot follow its upstream's reports:
+// only a one-minute window of a provider, or of a provider's model,
+// limiting requests or tokens, is what an upstream reports.
+func adaptProblem(r limiter.Rule) error {
+	switch {
+	case r.Scope != limiter.ScopeProvider && r.Scope != limiter.ScopeModel:
+		return errors.New("only provider and model rules follow what an upstream reports")
+	case r.Scope == limiter.ScopeModel && !strings.Contains(r.Subject, "/"):
+		return fmt.Errorf("name the model at its provider (provider/%s): the report is one provider's", r.Subject)
+	case r.Bucket != nil || r.IsBudget() || r.Period != limiter.Minute || (r.MaxRequests == 0 && r.MaxTokens == 0):
+		return errors.New("upstreams report per-minute limits of requests and tokens: adapt a window of period minute with max_requests or max_tokens")
+	}
+	return nil
 }
 
 func appendIfValid(rules []limiter.Rule, r limiter.Rule, err error) []limiter.Rule {

@@ -94,6 +94,12 @@ type explainedRule struct {
 	Shadow       bool   `json:"shadow,omitempty"`
 	Overridden   bool   `json:"overridden,omitempty"`
 	Source       string `json:"source"`
+	// Upstream is what the rule's upstream last reported it enforces, for
+	// a provider or model window of a minute; ConfiguredLimit the rule's
+	// configured limit when it differs from the one in force (adapt: true
+	// lowered it to the report).
+	Upstream        *upstreamReport `json:"upstream_reports,omitempty"`
+	ConfiguredLimit string          `json:"configured_limit,omitempty"`
 	// Quota and Arithmetic show how a token window of Bedrock's quota
 	// computed what it asks.
 	Quota      string      `json:"quota,omitempty"`
@@ -250,7 +256,9 @@ func (h *Handler) explained(ctx context.Context, req admission.Request, ex admis
 		return out
 	}
 	lr := deciding.Request
-	out["rules"] = explainedRules(deciding.Rules, lr)
+	rules := explainedRules(deciding.Rules, lr)
+	h.withUpstreamReports(ctx, rules, deciding.Rules, lr)
+	out["rules"] = rules
 	prices := h.cfg.Prices
 	if prices == nil {
 		prices = pricing.New(nil, nil)
@@ -467,4 +475,66 @@ func tagsOf(v any) ([]limiter.Tag, error) {
 		return limiter.ParseTags(strings.Join(parts, ","))
 	}
 	return nil, errBadTags
+}
+
+// upstreamReport is what an upstream last reported of its limits.
+type upstreamReport struct {
+	LimitRequests     *int64 `json:"limit_requests,omitempty"`
+	LimitTokens       *int64 `json:"limit_tokens,omitempty"`
+	RemainingRequests *int64 `json:"remaining_requests,omitempty"`
+	RemainingTokens   *int64 `json:"remaining_tokens,omitempty"`
+	At                string `json:"at"`
+}
+
+// UpstreamReader reads what upstreams reported of their limits.
+type UpstreamReader interface {
+	UpstreamReports(ctx context.Context, keys []string) (map[string]limiter.UpstreamReport, error)
+}
+
+// withUpstreamReports adds, beside each provider or model rule of the
+// explained request's target, what its upstream reports it enforces, and
+// the configured limit where adapt lowered it.
+func (h *Handler) withUpstreamReports(ctx context.Context, out []explainedRule, rules []limiter.ExplainedRule, lr limiter.Request) {
+	if h.cfg.Upstream == nil {
+		return
+	}
+	p, m := lr.Subject.Provider, lr.Subject.Model
+	keys := []string{strings.ToLower(p + "/" + m), strings.ToLower(p) + "/*"}
+	reps, err := h.cfg.Upstream.UpstreamReports(ctx, keys)
+	if err != nil || len(reps) == 0 {
+		return
+	}
+	for i, e := range rules {
+		if i >= len(out) || !e.Rule.ReportedFor(p, m) {
+			continue
+		}
+		key := keys[0]
+		if e.Rule.Scope == limiter.ScopeProvider {
+			key = keys[1]
+		}
+		rep, ok := reps[key]
+		if !ok {
+			continue
+		}
+		out[i].Upstream = reportOf(rep)
+		for _, c := range h.cfg.ConfigRules {
+			if c.Key() == e.Rule.Key() && c.MaxRequests != e.Rule.MaxRequests && e.Kind == limiter.KindRequests {
+				out[i].ConfiguredLimit = itoa(c.MaxRequests)
+			}
+			if c.Key() == e.Rule.Key() && c.MaxTokens != e.Rule.MaxTokens && e.Kind == limiter.KindTokens {
+				out[i].ConfiguredLimit = itoa(c.MaxTokens)
+			}
+		}
+	}
+}
+
+func reportOf(rep limiter.UpstreamReport) *upstreamReport {
+	opt := func(v int64, least int64) *int64 {
+		if v < least {
+			return nil
+		}
+		return &v
+	}
+	return &upstreamReport{LimitRequests: opt(rep.LimitRequests, 1), LimitTokens: opt(rep.LimitTokens, 1),
+		RemainingRequests: opt(rep.RemainingRequests, 0), RemainingTokens: opt(rep.RemainingTokens, 0), At: rep.At.UTC().Format(time.RFC3339)}
 }

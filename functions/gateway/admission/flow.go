@@ -383,9 +383,11 @@ func (a *Admission) decide(ctx context.Context, now time.Time, lr limiter.Reques
 // its failure, after which Next fails over or ends.
 func (a *Admission) Answered(ctx context.Context, t providers.Target, limits providers.UpstreamLimits, perr *providers.Error) {
 	if perr == nil {
+		a.o.noteUpstream(ctx, t, limits)
 		a.o.coolDownIfExhausted(ctx, t, limits)
 		return
 	}
+	a.o.noteUpstream(ctx, t, perr.Limits)
 	if perr.RateLimited() {
 		a.o.cfg.Metrics.Count(metrics.UpstreamRateLimited, 1, "Provider", t.Provider.Name())
 		a.observeUpstream429(t, perr)

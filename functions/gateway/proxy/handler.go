@@ -52,7 +52,9 @@ type Config struct {
 	// CooldownCache is how long this instance trusts what it read (1 s);
 	// DefaultCooldown is the cooldown of a 429 that says nothing of when to
 	// come back (2 s).
-	Cooldowns       admission.Cooldowns
+	Cooldowns admission.Cooldowns
+	// Upstream, when set, records what upstreams report of their limits.
+	Upstream        admission.UpstreamRecorder
 	CooldownCache   time.Duration
 	DefaultCooldown time.Duration
 	// Classes are the traffic classes and how long a request of each may
@@ -256,7 +258,7 @@ func AdmissionConfig(cfg Config) admission.Config {
 	return admission.Config{
 		Limiter: cfg.Limiter, Catalog: cfg.Catalog, Prices: cfg.Prices,
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
-		Cooldowns: cfg.Cooldowns, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
+		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
 		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
