@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -253,6 +255,7 @@ func TestInsteadOfRefusingExamplesAreTested(t *testing.T) {
 		"compatConfig":    compatConfig,
 		"downgradeConfig": downgradeConfig,
 		"headersConfig":   strings.NewReplacer("UPSTREAM", "http://127.0.0.1:9999", "ADAPT", "true").Replace(headersConfig),
+		"streamsConfig":   strings.ReplaceAll(streamsConfig, "UPSTREAM", "http://127.0.0.1:9999"),
 	}
 	blocks := strings.Split(string(page), "```yaml\n")[1:]
 	if len(blocks) != len(tested) {
@@ -270,5 +273,89 @@ func TestInsteadOfRefusingExamplesAreTested(t *testing.T) {
 		if !found {
 			t.Errorf("YAML example %d of the page is no test's configuration:\n%s", i+1, b)
 		}
+	}
+}
+
+// streamsConfig bounds the streams of class interactive to a second, caps
+// those of class batch at their reservation, and lets one request of the
+// team run at a time.
+const streamsConfig = `
+providers:
+  - {name: openai, type: compatible, base_url: UPSTREAM/v1}
+gateway:
+  default_max_tokens: 50
+shaping:
+  classes:
+    interactive: {max_stream_duration: 1s}
+    batch: {cut_at_reservation: true}
+rate_limits:
+  user_paths:
+    - path: /team
+      limits: [{period: concurrent, max_requests: 1}]
+`
+
+// A stream past its class's max_stream_duration ends with the protocol's
+// own error event after what was sent, and its slot is back at once: the
+// next request of a team allowed one at a time is admitted. A batch
+// stream with cut_at_reservation is sent upstream capped at its
+// reservation, and the answer says so.
+func TestStreamsEndAtTheirDuration(t *testing.T) {
+	chunk := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		n := 50 // 10 s at most: the gateway ends it after 1
+		if body, _ := io.ReadAll(r.Body); bytes.Contains(body, []byte(`"max_tokens"`)) {
+			n = 2 // capped: it ends at its cap
+		}
+		for range n {
+			if _, err := w.Write(chunk); err != nil || r.Context().Err() != nil {
+				return
+			}
+			http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	})
+	in := newInstance(t, dynamotest.Prefix(t), time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+		config.Env{"OPENAI_API_KEY": "k", "TOLLGATE_CONFIG": writeConfig(t, strings.ReplaceAll(streamsConfig, "UPSTREAM", up.URL))})
+	const body = `{"model":"openai/gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	started := time.Now()
+	res := in.do(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/a", "X-Tollgate-Class", "interactive")
+	got, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	took := time.Since(started)
+	events := splitEvents(got)
+	if res.StatusCode != 200 || len(events) < 3 {
+		t.Fatalf("the stream: %d, %d events: %s", res.StatusCode, len(events), got)
+	}
+	last, end := events[len(events)-2], events[len(events)-1]
+	var e struct {
+		Error struct{ Code, Type, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(bytes.TrimPrefix(last, []byte("data: "))), &e); err != nil ||
+		e.Error.Code != "stream_duration_exceeded" || string(bytes.TrimSpace(end)) != "data: [DONE]" {
+		t.Fatalf("the stream does not end with an error chunk and [DONE]: %q then %q", last, end)
+	}
+	if took < time.Second || took > 5*time.Second {
+		t.Fatalf("the stream ended after %v, want about its 1s", took)
+	}
+	if !strings.Contains(in.logs.String(), `"msg":"stream ended at its max_stream_duration"`) {
+		t.Fatal("the cut is not logged")
+	}
+	// Its slot is back: a request of the same team, one at a time, goes.
+	if s, b := in.call(t, "POST", "/v1/chat/completions", master, body,
+		"X-Tollgate-User-Path", "/team/b", "X-Tollgate-Class", "batch"); s != 200 {
+		t.Fatalf("the next request of the team: %d %s; the cut stream's slot is not back", s, b)
+	}
+	var sent struct {
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	if err := json.Unmarshal(up.last(t).Body, &sent); err != nil || sent.MaxTokens != 50 {
+		t.Fatalf("a batch stream with cut_at_reservation went upstream with max_tokens %d, want its reservation 50", sent.MaxTokens)
 	}
 }

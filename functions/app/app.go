@@ -290,6 +290,12 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 		}
 		pc.Fallbacks[class], _ = admission.ParseFallback(f) // checked by config
 	}
+	for class, sp := range a.Config.Shaping.Streams {
+		if pc.Streams == nil {
+			pc.Streams = map[string]admission.StreamLimit{}
+		}
+		pc.Streams[class] = admission.StreamLimit{MaxDuration: sp.MaxDuration, CutAtReservation: sp.CutAtReservation}
+	}
 	for _, d := range a.Config.Downgrades {
 		pc.Downgrades = append(pc.Downgrades, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused,
 			BudgetBelow: d.BudgetBelow, Classes: d.Classes})

@@ -63,6 +63,9 @@ type Config struct {
 	Fallbacks map[string]Fallback
 	// Downgrades are the downgrade rules, in order.
 	Downgrades []Downgrade
+	// Streams bound the streams of each class (a class not in it: no
+	// bound); see streams.go.
+	Streams map[string]StreamLimit
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the rule leaves,
 	// if that is at least ClampFloor. Off by default.

@@ -53,7 +53,10 @@ type Step struct {
 	// DowngradedFrom, on a Forward, names the target ("provider/model")
 	// the request was downgraded from.
 	DowngradedFrom string
-	Failure        *providers.Error
+	// Stream, on a Forward of a streaming request, is how long the
+	// stream may run (see streams.go).
+	Stream  StreamLimit
+	Failure *providers.Error
 	// Err is the store's error of an Unavailable step.
 	Err error
 }
@@ -304,7 +307,7 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 		return Step{}, false
 	}
 	a.admitted(t, d)
-	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t]}
+	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t], Stream: a.streamLimit(lr)}
 	switch {
 	case st.DowngradedFrom != "":
 		a.downgraded(t, st.DowngradedFrom)

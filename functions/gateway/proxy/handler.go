@@ -70,6 +70,8 @@ type Config struct {
 	// Downgrades the downgrade rules: see package admission.
 	Fallbacks  map[string]admission.Fallback
 	Downgrades []admission.Downgrade
+	// Streams bound each class's streams: see package admission.
+	Streams map[string]admission.StreamLimit
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -259,7 +261,7 @@ func AdmissionConfig(cfg Config) admission.Config {
 		Limiter: cfg.Limiter, Catalog: cfg.Catalog, Prices: cfg.Prices,
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
 		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
-		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
+		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, Streams: cfg.Streams, ClampFloor: cfg.ClampFloor,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
 		RealtimeMaxSession: cfg.RealtimeMaxSession, RealtimeSessionTokens: cfg.RealtimeSessionTokens,
