@@ -71,6 +71,9 @@ func TestFallbackOnlyToCompatibleTargets(t *testing.T) {
 		t.Helper()
 		for _, tg := range ex.Targets {
 			if tg.Target == target && tg.Skipped == "incompatible" && strings.Contains(tg.Why, want) {
+				if target == "openai/small" && (tg.Capabilities.ContextWindow != 8192 || tg.Capabilities.Tools != "no") {
+					t.Fatalf("explain shows small's capabilities as %+v, want its declared 8192 tokens and no tools", tg.Capabilities)
+				}
 				return
 			}
 		}
@@ -236,6 +239,19 @@ func TestProviderHeadersTuneTheGovernor(t *testing.T) {
 			t.Fatalf("explain: %s", b)
 		}
 		r := ex.Rules[0]
+		// The dashboard's provider view reads the same report.
+		_, b = in.call(t, "GET", "/admin/providers", master, "")
+		var pv struct {
+			Providers []struct {
+				Name    string `json:"name"`
+				Reports map[string]struct {
+					LimitRequests int64 `json:"limit_requests"`
+				} `json:"upstream_reports"`
+			} `json:"providers"`
+		}
+		if err := json.Unmarshal(b, &pv); err != nil || len(pv.Providers) != 1 || pv.Providers[0].Reports["*"].LimitRequests != 50 {
+			t.Fatalf("adapt %v: GET /admin/providers: %s; want openai's report of 50 requests a minute", adapt, b)
+		}
 		wantLimit, wantConfigured := map[bool]string{true: "50", false: "100"}[adapt], map[bool]string{true: "100", false: ""}[adapt]
 		if r.Upstream == nil || r.Upstream.LimitRequests != 50 || r.Upstream.LimitTokens != 30_000 || r.Limit != wantLimit || r.ConfiguredLimit != wantConfigured {
 			t.Fatalf("adapt %v: explain shows %s; want the limit %s in force (configured %q) beside the upstream's 50", adapt, b, wantLimit, wantConfigured)

@@ -378,9 +378,14 @@ func (a *App) BuildAdmin() error {
 	if ss, ok := a.Store.(metrics.StatsStore); ok {
 		stats = ss
 	}
-	var providers []adminapi.Provider
+	var listed []adminapi.Provider
 	for _, p := range a.Config.Providers {
-		providers = append(providers, adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models})
+		ap := adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models}
+		for _, m := range p.Models {
+			caps, _ := providers.BuiltinCapabilities(m)
+			ap.Capabilities = append(ap.Capabilities, adminapi.CapabilitiesOf(m, caps.Over(p.Capabilities[m])))
+		}
+		listed = append(listed, ap)
 	}
 	var alerts adminapi.AlertLister
 	if al, ok := a.ConfigStore.(adminapi.AlertLister); ok {
@@ -396,7 +401,7 @@ func (a *App) BuildAdmin() error {
 				a.keyCache.Forget(hash)
 			}
 		},
-		Providers:     providers,
+		Providers:     listed,
 		Explainer:     &explainer{a: a},
 		Upstream:      upstreamReader(a.Store),
 		Stats:         stats,

@@ -139,6 +139,7 @@ func New(cfg Config) (*Handler, error) {
 	h.handle("GET /admin/alerts", true, h.listAlerts)
 	h.handle("GET /admin/audit", true, h.listAudit)
 	h.handle("GET /admin/report", true, h.report)
+	h.handle("GET /admin/providers", true, h.listProviders)
 	h.mux.HandleFunc("/admin/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "unknown admin route "+r.Method+" "+r.URL.Path, nil)
 	})

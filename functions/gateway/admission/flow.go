@@ -251,12 +251,12 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	if until, ok := a.cooling[CooldownKey(t)]; ok && until.After(now) {
 		a.logf("skipped: provider cooling down after a 429", "provider", t.Provider.Name(), "target_model", t.Model,
 			"until", until, "next_target", true)
-		a.trace.look(a.pass, t, limiter.Request{})
+		a.look(t, limiter.Request{})
 		a.consider(&Skip{Target: t, Reason: SkipCoolingDown, Wait: until.Sub(now), Retryable: true, Until: until})
 		return Step{}, false
 	}
 	lr := a.limiterRequest(ctx, t, i)
-	a.trace.look(a.pass, t, lr)
+	a.look(t, lr)
 	if t != a.first || a.req.residency() != "" {
 		if why := a.incompatibility(t, a.first, lr.OutputTokens); why != "" {
 			a.skipIncompatible(t, why)
