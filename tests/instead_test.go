@@ -375,3 +375,57 @@ func TestStreamsEndAtTheirDuration(t *testing.T) {
 		t.Fatalf("a batch stream with cut_at_reservation went upstream with max_tokens %d, want its reservation 50", sent.MaxTokens)
 	}
 }
+
+// A downgrade set through the admin API is one the configuration could
+// have had: set on one instance, the other follows within the
+// rule-propagation bound; listed beside the configuration's; removed, the
+// batch request gets its 429 again.
+func TestDowngradeThroughTheAdminAPI(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	cfg := writeConfig(t, downgradeConfig[:strings.Index(downgradeConfig, "downgrade:")])
+	a := newInstance(t, prefix, t0, config.Env{"TOLLGATE_CONFIG": cfg})
+	b := newInstance(t, prefix, t0, config.Env{"TOLLGATE_CONFIG": cfg})
+	const body = `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`
+	for i := range 3 { // $0.009 of the team's $0.01 reserved
+		if s, out := a.call(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/a"); s != 200 {
+			t.Fatalf("request %d: %d %s", i, s, out)
+		}
+	}
+	batch := func(in *instance) (int, string) {
+		res := in.do(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/a", "X-Tollgate-Class", "batch")
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode, res.Header.Get("X-Tollgate-Downgraded-From")
+	}
+	if s, from := batch(b); s != 429 || from != "" {
+		t.Fatalf("before any downgrade: %d, downgraded from %q; want the 429", s, from)
+	}
+	for _, c := range []struct{ body, field string }{
+		{`{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini","when":{"refused":true},"classes":["nightly"]}`, "classes"},
+		{`{"from":"openai/gpt-4o","to":"nowhere/model","when":{"refused":true},"classes":["batch"]}`, "to"},
+		{`{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini","classes":["batch"]}`, "when"},
+	} {
+		if s, out := a.call(t, "POST", "/admin/downgrades", master, c.body); s != 400 || !strings.Contains(string(out), `"`+c.field+`"`) {
+			t.Fatalf("POST %s: %d %s; want 400 naming %s", c.body, s, out, c.field)
+		}
+	}
+	const set = `{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini","when":{"refused":true},"classes":["batch","background"]}`
+	if s, out := a.call(t, "POST", "/admin/downgrades", master, set); s != 201 {
+		t.Fatalf("POST /admin/downgrades: %d %s", s, out)
+	}
+	b.clock.Add(6 * time.Second) // past the watcher's interval
+	if s, from := batch(b); s != 200 || from != "openai/gpt-4o" {
+		t.Fatalf("with the downgrade, on the other instance: %d, downgraded from %q", s, from)
+	}
+	if s, out := a.call(t, "GET", "/admin/downgrades", master, ""); s != 200 || !strings.Contains(string(out), `"source":"manual"`) || !strings.Contains(string(out), `"to":"openai/gpt-4o-mini"`) {
+		t.Fatalf("GET /admin/downgrades: %d %s", s, out)
+	}
+	if s, out := a.call(t, "DELETE", "/admin/downgrades", master, `{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini"}`); s != 200 {
+		t.Fatalf("DELETE /admin/downgrades: %d %s", s, out)
+	}
+	b.clock.Add(6 * time.Second)
+	if s, from := batch(b); s != 429 || from != "" {
+		t.Fatalf("after the delete: %d, downgraded from %q; want the 429", s, from)
+	}
+}

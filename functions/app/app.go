@@ -312,6 +312,7 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh
 		pc.Pauses = a.Watcher.Pauses
+		pc.ManagedDowngrades = managedDowngrades(a.Watcher)
 	}
 	if es, ok := a.ConfigStore.(estimateStore); ok {
 		pc.Estimates = a.estimates(es)
@@ -401,22 +402,23 @@ func (a *App) BuildAdmin() error {
 				a.keyCache.Forget(hash)
 			}
 		},
-		Providers:     listed,
-		Explainer:     &explainer{a: a},
-		Upstream:      upstreamReader(a.Store),
-		Stats:         stats,
-		Estimates:     est,
-		Store:         a.ConfigStore,
-		ConfigRules:   config,
-		Limiter:       a.Limiter,
-		Watcher:       a.Watcher,
-		MasterKey:     s.MasterKey,
-		Prices:        a.Config.PriceTable(),
-		Classes:       slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
-		AdaptiveFloor: a.Config.Gateway.AdaptiveFloor,
-		DevMode:       s.MasterKey == "",
-		Logger:        a.Log,
-		Now:           a.Clock,
+		Providers:        listed,
+		Explainer:        &explainer{a: a},
+		Upstream:         upstreamReader(a.Store),
+		ConfigDowngrades: configDowngrades(a.Config.Downgrades),
+		Stats:            stats,
+		Estimates:        est,
+		Store:            a.ConfigStore,
+		ConfigRules:      config,
+		Limiter:          a.Limiter,
+		Watcher:          a.Watcher,
+		MasterKey:        s.MasterKey,
+		Prices:           a.Config.PriceTable(),
+		Classes:          slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
+		AdaptiveFloor:    a.Config.Gateway.AdaptiveFloor,
+		DevMode:          s.MasterKey == "",
+		Logger:           a.Log,
+		Now:              a.Clock,
 	})
 	return err
 }
