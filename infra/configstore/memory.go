@@ -13,20 +13,23 @@ import (
 
 // Memory is the in-process store of a local process.
 type Memory struct {
-	mu        sync.Mutex
-	rules     map[limiter.RuleKey]Rule
-	gens      map[limiter.RuleKey]string
-	layouts   map[limiter.RuleKey]Layout
-	keys      map[string]Key // by hash
-	batches   map[string]Batch
-	sessions  map[string]Session
-	pauses    map[string]limiter.Pause
-	ramps     map[limiter.RuleKey]limiter.RampState
-	estimates map[string]*learn.Histogram
-	alerts    map[string]Alert
-	audit     []AuditEntry // by ID, oldest first
-	version   int64
-	now       func() time.Time
+	mu       sync.Mutex
+	rules    map[limiter.RuleKey]Rule
+	gens     map[limiter.RuleKey]string
+	layouts  map[limiter.RuleKey]Layout
+	keys     map[string]Key // by hash
+	batches  map[string]Batch
+	sessions map[string]Session
+	pauses   map[string]limiter.Pause
+	ramps    map[limiter.RuleKey]limiter.RampState
+	// migrations and their counts (see migrations.go).
+	migrations      map[string]MigrationState
+	migrationCounts map[string]*MigrationCounts
+	estimates       map[string]*learn.Histogram
+	alerts          map[string]Alert
+	audit           []AuditEntry // by ID, oldest first
+	version         int64
+	now             func() time.Time
 }
 
 // NewMemory returns an empty Memory store.
@@ -57,6 +60,10 @@ func (m *Memory) Snapshot(context.Context) (Snapshot, error) {
 	s.Ramps = map[limiter.RuleKey]limiter.RampState{}
 	for k, r := range m.ramps {
 		s.Ramps[k] = r
+	}
+	s.Migrations = map[string]MigrationState{}
+	for k, st := range m.migrations {
+		s.Migrations[k] = st
 	}
 	sortPauses(s.Pauses)
 	return s, nil

@@ -70,6 +70,8 @@ type Config struct {
 	// Downgrades the downgrade rules: see package admission.
 	Fallbacks  map[string]admission.Fallback
 	Downgrades []admission.Downgrade
+	// Migrations returns the migrations and their shares in force.
+	Migrations func() []admission.Migration
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -260,6 +262,7 @@ func AdmissionConfig(cfg Config) admission.Config {
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
 		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
 		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
+		Migrations:       cfg.Migrations,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
 		RealtimeMaxSession: cfg.RealtimeMaxSession, RealtimeSessionTokens: cfg.RealtimeSessionTokens,
