@@ -253,6 +253,7 @@ func TestInsteadOfRefusingExamplesAreTested(t *testing.T) {
 		"compatConfig":    compatConfig,
 		"downgradeConfig": downgradeConfig,
 		"headersConfig":   strings.NewReplacer("UPSTREAM", "http://127.0.0.1:9999", "ADAPT", "true").Replace(headersConfig),
+		"migrationConfig": migrationConfig,
 	}
 	blocks := strings.Split(string(page), "```yaml\n")[1:]
 	if len(blocks) != len(tested) {
