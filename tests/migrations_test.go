@@ -201,3 +201,52 @@ func TestMigrationStepsHoldsAndRollsBack(t *testing.T) {
 		t.Fatalf("after the rollback: %.1f %% migrated", got)
 	}
 }
+
+// A migration moves only the requests its target can take: with every
+// tenant of /team drawn for small (8k), a 20k-token prompt stays on big,
+// and explain shows the draw and why small was skipped; a short prompt
+// goes to small with the header, a caller outside the scope stays on big.
+func TestMigrationOnlyToACompatibleTarget(t *testing.T) {
+	in := newInstance(t, dynamotest.Prefix(t), time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+		config.Env{"TOLLGATE_CONFIG": writeConfig(t, `
+providers:
+  - name: openai
+    type: mock
+    models:
+      - {id: big, context_window: 128000}
+      - {id: small, context_window: 8192}
+migrations:
+  - {name: small, from: openai/big, to: openai/small, scope: /team, share: {start: 100, step: 0, every: 1h}}
+`)})
+	chat := func(prompt string) string {
+		return `{"model":"openai/big","messages":[{"role":"user","content":"` + prompt + `"}],"max_tokens":100}`
+	}
+	long := strings.Repeat("word ", 20_000)
+	for _, tc := range []struct {
+		path, prompt, model, migration string
+	}{
+		{"/team/a", "hi", "small", "small"},
+		{"/team/a", long, "big", ""},
+		{"/other", "hi", "big", ""},
+	} {
+		res := in.do(t, "POST", "/v1/chat/completions", master, chat(tc.prompt), "X-Tollgate-User-Path", tc.path)
+		if res.StatusCode != 200 || res.Header.Get("X-Tollgate-Model") != tc.model || res.Header.Get("X-Tollgate-Migration") != tc.migration {
+			t.Fatalf("%s, a prompt of %d bytes: %d at %q, migration %q; want %s, %q", tc.path, len(tc.prompt), res.StatusCode,
+				res.Header.Get("X-Tollgate-Model"), res.Header.Get("X-Tollgate-Migration"), tc.model, tc.migration)
+		}
+	}
+	_, b := in.call(t, "POST", "/admin/explain", master, `{"user_path":"/team/a","model":"openai/big","input_tokens":20000}`)
+	var ex struct {
+		explained
+		Migration *struct {
+			Name     string  `json:"name"`
+			Share    float64 `json:"share"`
+			Migrated bool    `json:"migrated"`
+		} `json:"migration"`
+	}
+	if err := json.Unmarshal(b, &ex); err != nil || ex.Decision.Target != "openai/big" || ex.Migration == nil || !ex.Migration.Migrated ||
+		ex.Migration.Share != 100 || len(ex.Targets) != 2 || ex.Targets[0].Target != "openai/small" || ex.Targets[0].Skipped != "incompatible" ||
+		!strings.Contains(ex.Targets[0].Why, "context window") {
+		t.Fatalf("explain of a long prompt drawn for the migration: %s", b)
+	}
+}

@@ -43,19 +43,21 @@ type MigrationThresholds struct {
 }
 
 type migrationYAML struct {
-	Name  string `yaml:"name"`
-	From  string `yaml:"from"`
-	To    string `yaml:"to"`
-	Scope string `yaml:"scope"`
-	Share *struct {
-		Start *float64 `yaml:"start"`
-		Step  *float64 `yaml:"step"`
-		Every string   `yaml:"every"`
-		Max   *float64 `yaml:"max"`
-	} `yaml:"share"`
+	Name         string          `yaml:"name"`
+	From         string          `yaml:"from"`
+	To           string          `yaml:"to"`
+	Scope        string          `yaml:"scope"`
+	Share        *shareYAML      `yaml:"share"`
 	Sticky       string          `yaml:"sticky"`
 	HoldWhen     *thresholdsYAML `yaml:"hold_when"`
 	RollbackWhen *thresholdsYAML `yaml:"rollback_when"`
+}
+
+type shareYAML struct {
+	Start *float64 `yaml:"start"`
+	Step  *float64 `yaml:"step"`
+	Every string   `yaml:"every"`
+	Max   *float64 `yaml:"max"`
 }
 
 type thresholdsYAML struct {
@@ -114,38 +116,7 @@ func (cfg *Config) loadMigrations(specs []migrationYAML, at func(...any) string)
 				bad(".sticky: %q is not user_path, key, tag:<name> or none", m.Sticky)
 			}
 		}
-		if s := m.Share; s == nil {
-			bad(".share: give {start, step, every} (and max, 100 by default), in percent")
-		} else {
-			for _, p := range []struct {
-				key string
-				v   *float64
-				to  *float64
-			}{{"start", s.Start, &spec.Start}, {"step", s.Step, &spec.Step}, {"max", s.Max, &spec.Max}} {
-				switch {
-				case p.v == nil && p.key != "max":
-					bad(".share.%s: missing (a percent from 0 to 100)", p.key)
-				case p.v == nil:
-				case *p.v < 0 || *p.v > 100 || math.IsNaN(*p.v):
-					bad(".share.%s: %v is not a percent from 0 to 100", p.key, *p.v)
-				case math.Abs(*p.v*100-math.Round(*p.v*100)) > 1e-9:
-					bad(".share.%s: %v has more than two decimals (0.01 %% is the finest share)", p.key, *p.v)
-				default:
-					*p.to = *p.v
-				}
-			}
-			if spec.Start > spec.Max {
-				bad(".share: start (%v) is above max (%v)", spec.Start, spec.Max)
-			}
-			d, err := time.ParseDuration(s.Every)
-			switch {
-			case s.Every == "":
-				bad(".share.every: missing (a duration: 5s, 1h)")
-			case err != nil || d < time.Second || d > 31*24*time.Hour:
-				bad(".share.every: %q is not a duration from 1s to 744h", s.Every)
-			}
-			spec.Every = d
-		}
+		m.Share.into(&spec, bad)
 		var err error
 		spec.HoldWhen, err = m.HoldWhen.thresholds(where + ".hold_when")
 		errs = append(errs, err)
@@ -183,4 +154,40 @@ func (t *thresholdsYAML) thresholds(where string) (MigrationThresholds, error) {
 		errs = append(errs, fmt.Errorf("%s.p95_latency_ratio: %v is not a ratio from 1 to 1000 (to's p95 over from's)", where, *r))
 	}
 	return MigrationThresholds{Upstream429Rate: t.Upstream429Rate, ErrorRate: t.ErrorRate, P95LatencyRatio: t.P95LatencyRatio}, errors.Join(errs...)
+}
+
+// into reads share (percents and an interval) into spec.
+func (s *shareYAML) into(spec *MigrationSpec, bad func(format string, args ...any)) {
+	if s == nil {
+		bad(".share: give {start, step, every} (and max, 100 by default), in percent")
+		return
+	}
+	for _, p := range []struct {
+		key string
+		v   *float64
+		to  *float64
+	}{{"start", s.Start, &spec.Start}, {"step", s.Step, &spec.Step}, {"max", s.Max, &spec.Max}} {
+		switch {
+		case p.v == nil && p.key != "max":
+			bad(".share.%s: missing (a percent from 0 to 100)", p.key)
+		case p.v == nil:
+		case *p.v < 0 || *p.v > 100 || math.IsNaN(*p.v):
+			bad(".share.%s: %v is not a percent from 0 to 100", p.key, *p.v)
+		case math.Abs(*p.v*100-math.Round(*p.v*100)) > 1e-9:
+			bad(".share.%s: %v has more than two decimals (0.01 %% is the finest share)", p.key, *p.v)
+		default:
+			*p.to = *p.v
+		}
+	}
+	if spec.Start > spec.Max {
+		bad(".share: start (%v) is above max (%v)", spec.Start, spec.Max)
+	}
+	d, err := time.ParseDuration(s.Every)
+	switch {
+	case s.Every == "":
+		bad(".share.every: missing (a duration: 5s, 1h)")
+	case err != nil || d < time.Second || d > 31*24*time.Hour:
+		bad(".share.every: %q is not a duration from 1s to 744h", s.Every)
+	}
+	spec.Every = d
 }
