@@ -298,6 +298,9 @@ func (d *Dynamo) Snapshot(ctx context.Context) (Snapshot, error) {
 	if s.Migrations, err = d.migrations(ctx); err != nil {
 		return Snapshot{}, err
 	}
+	if s.Downgrades, err = d.downgrades(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	return s, nil
 }
 

@@ -55,7 +55,10 @@ type Step struct {
 	// target it goes to.
 	DowngradedFrom string
 	Migration      string
-	Failure        *providers.Error
+	// Stream, on a Forward of a streaming request, is how long the
+	// stream may run (see streams.go).
+	Stream  StreamLimit
+	Failure *providers.Error
 	// Err is the store's error of an Unavailable step.
 	Err error
 }
@@ -258,12 +261,12 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	if until, ok := a.cooling[CooldownKey(t)]; ok && until.After(now) {
 		a.logf("skipped: provider cooling down after a 429", "provider", t.Provider.Name(), "target_model", t.Model,
 			"until", until, "next_target", true)
-		a.trace.look(a.pass, t, limiter.Request{})
+		a.look(t, limiter.Request{})
 		a.consider(&Skip{Target: t, Reason: SkipCoolingDown, Wait: until.Sub(now), Retryable: true, Until: until})
 		return Step{}, false
 	}
 	lr := a.limiterRequest(ctx, t, i)
-	a.trace.look(a.pass, t, lr)
+	a.look(t, lr)
 	if t != a.first || a.req.residency() != "" {
 		if why := a.incompatibility(t, a.first, lr.OutputTokens); why != "" {
 			a.skipIncompatible(t, why)
@@ -314,7 +317,7 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 		return Step{}, false
 	}
 	a.admitted(t, d)
-	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t]}
+	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t], Stream: a.streamLimit(lr)}
 	if a.mig != nil {
 		a.forwardAt = a.o.cfg.Now()
 	}

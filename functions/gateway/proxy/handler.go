@@ -68,8 +68,11 @@ type Config struct {
 	// Fallbacks are the classes' policies for targets other than a
 	// request's first choice (any, the default; same_family; none), and
 	// Downgrades the downgrade rules: see package admission.
-	Fallbacks  map[string]admission.Fallback
-	Downgrades []admission.Downgrade
+	Fallbacks         map[string]admission.Fallback
+	Downgrades        []admission.Downgrade
+	ManagedDowngrades func() []admission.Downgrade
+	// Streams bound each class's streams: see package admission.
+	Streams map[string]admission.StreamLimit
 	// Migrations returns the migrations and their shares in force.
 	Migrations func() []admission.Migration
 	// ClampFloor, when positive, lets a request refused for its token
@@ -261,7 +264,7 @@ func AdmissionConfig(cfg Config) admission.Config {
 		Limiter: cfg.Limiter, Catalog: cfg.Catalog, Prices: cfg.Prices,
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
 		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
-		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
+		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ManagedDowngrades: cfg.ManagedDowngrades, Streams: cfg.Streams, ClampFloor: cfg.ClampFloor,
 		Migrations:       cfg.Migrations,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
