@@ -365,9 +365,14 @@ func TestStreamsEndAtTheirDuration(t *testing.T) {
 		t.Fatal("the cut is not logged")
 	}
 	// Its slot is back: a request of the same team, one at a time, goes.
-	if s, b := in.call(t, "POST", "/v1/chat/completions", master, body,
-		"X-Tollgate-User-Path", "/team/b", "X-Tollgate-Class", "batch"); s != 200 {
-		t.Fatalf("the next request of the team: %d %s; the cut stream's slot is not back", s, b)
+	next := in.do(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/b", "X-Tollgate-Class", "batch")
+	b, _ := io.ReadAll(next.Body)
+	next.Body.Close()
+	if next.StatusCode != 200 {
+		t.Fatalf("the next request of the team: %d %s; the cut stream's slot is not back", next.StatusCode, b)
+	}
+	if c := next.Header.Get("X-Tollgate-Max-Tokens-Clamped"); c != "50" {
+		t.Fatalf("a stream capped at its reservation says X-Tollgate-Max-Tokens-Clamped %q, want 50", c)
 	}
 	var sent struct {
 		MaxTokens int64 `json:"max_tokens"`

@@ -125,7 +125,7 @@ func (cfg *Config) loadDowngrades(specs []downgradeYAML, at func(...any) string)
 		if strings.EqualFold(d.From, d.To) {
 			errs = append(errs, fmt.Errorf("%s: from and to are the same model", where))
 		}
-		if d.When.BudgetBelow < 0 || d.When.BudgetBelow >= 1 {
+		if !(d.When.BudgetBelow >= 0 && d.When.BudgetBelow < 1) { // NaN too
 			errs = append(errs, fmt.Errorf("%s.when.budget_below: %v is not a fraction from 0 to 1", where, d.When.BudgetBelow))
 		}
 		if !d.When.Refused && d.When.BudgetBelow == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"strings"
+	"time"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -41,9 +42,15 @@ func reportKeyOf(r limiter.Rule) string {
 	return ""
 }
 
+// StaleReport is how old a report may be and still lower a rule: an
+// upstream that stops sending its limits (a proxy in between, a changed
+// API) no longer holds the rule down. Reports are rewritten at least every
+// UpstreamRewrite while an upstream sends them.
+const StaleReport = 15 * time.Minute
+
 // readReports reads the reports the adapted rules follow, and reports
 // whether they changed what is in force.
-func (w *Watcher) readReports(ctx context.Context) bool {
+func (w *Watcher) readReports(ctx context.Context, now time.Time) bool {
 	if w.reports == nil || len(w.adaptKeys) == 0 {
 		return false
 	}
@@ -62,6 +69,9 @@ func (w *Watcher) readReports(ctx context.Context) bool {
 	}
 	limits := map[string]limiter.UpstreamReport{}
 	for k, rep := range got {
+		if now.Sub(rep.At) > StaleReport {
+			continue // the upstream stopped saying: the rule goes back to its configured limit
+		}
 		limits[k] = limiter.UpstreamReport{LimitRequests: rep.LimitRequests, LimitTokens: rep.LimitTokens}
 	}
 	old := w.adapted.Load()

@@ -160,7 +160,7 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	if err == nil {
 		moved = w.stepRamps(ctx, now)
 		moved = w.stepMigrations(ctx, now) || moved
-		moved = w.readReports(ctx) || moved
+		moved = w.readReports(ctx, now) || moved
 	}
 	if moved {
 		w.mu.Lock()
@@ -217,7 +217,6 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 		return err
 	}
 	merged := Merge(w.config, snap)
-	w.adaptRules(merged)
 	var ramps []rampEntry
 	for i := range merged {
 		if merged[i].Ramp != nil {
@@ -227,6 +226,7 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 		}
 	}
 	w.ramps.Store(&ramps)
+	w.adaptRules(merged) // after the ramps: a ramp never lifts a rule above its report
 	for i := range merged {
 		if merged[i].IsBudget() && merged[i].Source == limiter.SourceManual {
 			merged[i].Location = w.budgetZone.Load()

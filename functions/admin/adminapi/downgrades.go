@@ -96,6 +96,10 @@ func (h *Handler) checkDowngrade(in downgradeInput, full bool) (configstore.Down
 		switch {
 		case !ok || p == "" || m == "":
 			errs = append(errs, fieldError{Field: f.name, Message: "required: provider/model (openai/gpt-4o-mini)"})
+		case len(f.v) > 200 || strings.ContainsFunc(f.v, func(r rune) bool { return r == '>' || r <= ' ' || r == 0x7f }):
+			errs = append(errs, fieldError{Field: f.name, Message: "a model name of at most 200 characters, without spaces, control characters or '>'"})
+		case !full:
+			// Removing one needs its name only: its provider may be gone.
 		case h.cfg.Providers != nil && !slices.ContainsFunc(h.cfg.Providers, func(pr Provider) bool { return strings.EqualFold(pr.Name, p) }):
 			errs = append(errs, fieldError{Field: f.name, Message: "names no provider of this gateway"})
 		}
@@ -108,7 +112,7 @@ func (h *Handler) checkDowngrade(in downgradeInput, full bool) (configstore.Down
 		return d, errs
 	}
 	switch {
-	case in.When.BudgetBelow < 0 || in.When.BudgetBelow >= 1:
+	case !(in.When.BudgetBelow >= 0 && in.When.BudgetBelow < 1):
 		errs = append(errs, fieldError{Field: "when.budget_below", Message: "a fraction from 0 to 1 (0.1: a tenth left)"})
 	case !in.When.Refused && in.When.BudgetBelow == 0:
 		errs = append(errs, fieldError{Field: "when", Message: "give refused: true, budget_below, or both"})

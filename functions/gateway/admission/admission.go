@@ -233,7 +233,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg.Sleep = Sleep
 	}
 	o := &Orchestrator{cfg: cfg, log: cfg.Logger, cool: lru.New[string, cooldownEntry](maxCooldownEntries)}
-	o.upstream.recorded = lru.New[string, time.Time](maxCooldownEntries)
+	o.upstream.recorded = lru.New[string, recordedReport](maxCooldownEntries)
 	o.upstream.warned = map[string]bool{}
 	return o, nil
 }

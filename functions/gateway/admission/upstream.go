@@ -30,10 +30,22 @@ type UpstreamRecorder interface {
 // when it last recorded each provider's model, and which rules it warned
 // about at which reported limit.
 type upstreamNotes struct {
-	recorded *lru.Cache[string, time.Time]
+	recorded *lru.Cache[string, recordedReport]
 	mu       sync.Mutex
 	warned   map[string]bool
 }
+
+// recordedReport is what this instance last wrote of a model's report.
+type recordedReport struct {
+	at               time.Time
+	requests, tokens int64
+}
+
+// UpstreamRewrite is how often an instance rewrites a report whose limits
+// have not changed (its remaining counts, and its age, then refresh):
+// a write attempt costs a write unit even when its condition fails, so
+// unchanged limits are not written every UpstreamReportEvery.
+const UpstreamRewrite = 5 * time.Minute
 
 // maxWarnings bounds the warnings remembered (a rule and a reported
 // limit each).
@@ -46,10 +58,12 @@ func (o *Orchestrator) noteUpstream(ctx context.Context, t providers.Target, l p
 		return
 	}
 	key, now := CooldownKey(t), o.cfg.Now()
-	if last, ok := o.upstream.recorded.Get(key); ok && now.Sub(last) < limiter.UpstreamReportEvery && !now.Before(last) {
+	last, ok := o.upstream.recorded.Get(key)
+	same := ok && last.requests == l.LimitRequests && last.tokens == l.LimitTokens
+	if ok && !now.Before(last.at) && (now.Sub(last.at) < limiter.UpstreamReportEvery || same && now.Sub(last.at) < UpstreamRewrite) {
 		return
 	}
-	o.upstream.recorded.Put(key, now)
+	o.upstream.recorded.Put(key, recordedReport{at: now, requests: l.LimitRequests, tokens: l.LimitTokens})
 	rep := limiter.UpstreamReport{LimitRequests: l.LimitRequests, LimitTokens: l.LimitTokens,
 		RemainingRequests: l.RemainingRequests, RemainingTokens: l.RemainingTokens, At: now}
 	sctx, cancel := o.StoreContext(ctx)

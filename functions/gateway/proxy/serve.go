@@ -129,6 +129,9 @@ func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID st
 		UserPathOnly: ex.userPathOnly, NoOutput: ex.noOutput, Free: ex.free, Session: ex.session,
 		Needs: func() admission.Needs { return needsOf(ex.op, ex.body) },
 		Clamp: func(n int64) bool {
+			if ex.proto == providers.ProtocolGemini {
+				return false // its cap is generationConfig.maxOutputTokens, nested: not lowered
+			}
 			body, err := providers.SetModel(ex.body, "", map[string]any{ex.capFieldName(): n})
 			if err != nil {
 				return false
@@ -246,12 +249,15 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		MaxTokens:   ex.maxTokens,
 		Class:       ex.caller.Class,
 	})
-	stopRenewing()
+	// Whether the duration ended the stream is read as Serve returns:
+	// a timer firing after a stream ended on its own must not add an
+	// error to it.
 	cut := streamCut(ctx, r.Context())
+	stopStream()
+	stopRenewing()
 	if cut {
 		h.endStream(out, ex, st.Stream, reqID, tw.wrote)
 	}
-	stopStream()
 	sessionID := ""
 	if held != nil {
 		sessionID = held.finish(res.SessionID)

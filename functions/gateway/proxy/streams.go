@@ -16,7 +16,10 @@ var errStreamTooLong = errors.New("the stream ran past its max_stream_duration")
 
 // errCodeStreamDuration is the code of the error event that ends such a
 // stream.
-const errCodeStreamDuration = "stream_duration_exceeded"
+const (
+	errCodeStreamDuration = "stream_duration_exceeded"
+	errTypeTimeout        = "timeout_error" // Anthropic's 504
+)
 
 // streamContext is the context a streaming request is sent upstream
 // with: ended at its limit's MaxDuration, when it has one.
@@ -43,7 +46,11 @@ func (h *Handler) endStream(w http.ResponseWriter, ex *exchange, sl admission.St
 	h.log.Info("stream ended at its max_stream_duration", "request_id", reqID, "user_path", ex.caller.UserPath,
 		"class", ex.caller.Class, "max_stream_duration_ms", sl.MaxDuration.Milliseconds(), "started", wrote)
 	if !wrote {
-		writeError(w, ex.proto, apiError{status: http.StatusGatewayTimeout, typ: errTypeServer, code: errCodeStreamDuration, message: msg}, 0)
+		typ := errTypeServer
+		if ex.proto == providers.ProtocolAnthropic {
+			typ = errTypeTimeout
+		}
+		writeError(w, ex.proto, apiError{status: http.StatusGatewayTimeout, typ: typ, code: errCodeStreamDuration, message: msg}, 0)
 		return
 	}
 	_, _ = w.Write(streamErrorEvent(ex.proto, ex.op, msg))
@@ -56,7 +63,7 @@ func streamErrorEvent(proto providers.Protocol, op providers.Op, msg string) []b
 	var ev []byte
 	switch {
 	case proto == providers.ProtocolAnthropic:
-		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{"type": "timeout_error", "message": msg}})
+		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{"type": errTypeTimeout, "message": msg}})
 		ev = append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
 	case proto == providers.ProtocolGemini:
 		b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": http.StatusGatewayTimeout, "message": msg, "status": geminiStatus[http.StatusGatewayTimeout]}})
