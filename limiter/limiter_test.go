@@ -293,6 +293,14 @@ func TestConcurrency(t *testing.T) {
 	if !d1.Allowed || !d2.Allowed || d1.Lease == nil {
 		t.Fatal("the first two in-flight requests must be admitted with leases")
 	}
+	if !d1.Lease.HoldsSlots() {
+		t.Fatal("a gauge's lease does not hold its slot")
+	}
+	var none *limiter.Lease
+	reservation := &limiter.Lease{Charges: []limiter.Charge{{Counter: limiter.Counter{Kind: limiter.KindTokens}}}}
+	if none.HoldsSlots() || reservation.HoldsSlots() {
+		t.Fatal("a nil lease, or one reserving tokens only, holds a slot")
+	}
 	d3 := admit(t, l, t0, request("/", "openai", "gpt-4o"))
 	if d3.Allowed {
 		t.Fatal("third in-flight request admitted past 2")

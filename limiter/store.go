@@ -250,6 +250,13 @@ type Lease struct {
 	Charges []Charge
 }
 
+// HoldsSlots reports whether the lease holds in-flight slots (a gauge's
+// charge): slots its completion or expiry gives back and its renewals
+// keep. A nil lease holds none.
+func (l *Lease) HoldsSlots() bool {
+	return l != nil && slices.ContainsFunc(l.Charges, func(c Charge) bool { return c.Counter.Kind == KindInFlight })
+}
+
 // Usage is a count of tokens.
 type Usage struct {
 	InputTokens  int64

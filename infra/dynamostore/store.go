@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -594,7 +593,7 @@ func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) e
 // and is "" for one that holds none: only slots need releasing when a
 // process dies; a reservation stays charged anyway.
 func (s *Store) indexShard(l *limiter.Lease) string {
-	if !holdsSlots(l) {
+	if !l.HoldsSlots() {
 		return ""
 	}
 	id := l.ID
@@ -603,10 +602,6 @@ func (s *Store) indexShard(l *limiter.Lease) string {
 		h = (h ^ uint32(id[i])) * 16777619
 	}
 	return fmt.Sprintf("a%d", h%uint32(s.opts.LeaseIndexShards))
-}
-
-func holdsSlots(l *limiter.Lease) bool {
-	return slices.ContainsFunc(l.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight })
 }
 
 // putLease writes a new lease. Resent after it landed, its condition
