@@ -56,7 +56,7 @@ func newBenchGateway(b *testing.B, serve http.HandlerFunc) *benchGateway {
 	rs, _ := limiter.NewRules(benchRules)
 	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
 	cat, _ := providers.NewCatalog([]providers.Provider{p}, nil, nil)
-	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat, Estimator: tokens.Tiktoken{}})
+	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat, Estimator: tokens.BPE{}})
 	if err != nil {
 		b.Fatal(err)
 	}
