@@ -52,7 +52,7 @@ func (l *Limiter) Explain(ctx context.Context, now time.Time, req Request) (Expl
 		return Explanation{}, ErrInvalidAmount
 	}
 	rs := l.rules.Load()
-	all := rs.appendAll(nil, req.Subject, req.UserPathOnly)
+	all := rs.appendAll(nil, req.Subject, req.ConsumerOnly)
 	kept := all
 	var over []match
 	if rs.prioritized {

@@ -89,11 +89,11 @@ type Request struct {
 	// reserves InputTokens and OutputTokens at; a zero price charges
 	// budgets nothing (the gateway never leaves a model unpriced).
 	Price Price
-	// UserPathOnly admits by the consumer's rules only (user path, tag and
-	// key scopes), as one request holding no slot and reserving nothing: a
-	// batch submission, whose file may mix models and whose usage arrives
-	// much later.
-	UserPathOnly bool
+	// ConsumerOnly admits by the consumer's rules only (user path, tag
+	// and key scopes), as one request holding no slot and reserving
+	// nothing: a batch submission, whose file may mix models and whose
+	// usage arrives much later.
+	ConsumerOnly bool
 	// Class is the request's traffic class, for fair shares by class.
 	Class string
 	// LeaseTTL, when set, is how long the lease holds its slots instead of
@@ -118,7 +118,7 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		return Decision{}, ErrInvalidAmount
 	}
 	var buf [16]match
-	ms := l.rules.Load().appendMatches(buf[:0], req.Subject, req.UserPathOnly)
+	ms := l.rules.Load().appendMatches(buf[:0], req.Subject, req.ConsumerOnly)
 	if len(ms) == 0 {
 		return Decision{Allowed: true}, nil
 	}
@@ -386,7 +386,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			add(m, KindCost, r.MaxCost, cost)
 			tokens = tokens || cost > 0
 		case r.Period == Concurrent && r.FairShare != nil:
-			if !req.UserPathOnly && r.MaxRequests > 0 {
+			if !req.ConsumerOnly && r.MaxRequests > 0 {
 				proto := memberProto(now, r, m.child, KindInFlight, r.MaxRequests)
 				member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
 				c := r.newCharge(now, m.child, KindInFlight, max(1, l.fairLimit(now, r, r.FairShare, r.MaxRequests, member, proto)), 0)
@@ -395,7 +395,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 				inFlight = true
 			}
 		case r.Period == Concurrent:
-			if !req.UserPathOnly && r.MaxRequests > 0 {
+			if !req.ConsumerOnly && r.MaxRequests > 0 {
 				add(m, KindInFlight, r.MaxRequests, 1)
 				inFlight = true
 			}
@@ -434,7 +434,7 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 			charges[i].settleWait = l.settleWait
 		}
 	}
-	if !inFlight && (!tokens || req.UserPathOnly) {
+	if !inFlight && (!tokens || req.ConsumerOnly) {
 		return charges, nil
 	}
 	return charges, &Lease{

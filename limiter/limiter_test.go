@@ -319,7 +319,7 @@ func TestConcurrency(t *testing.T) {
 	}
 	// Batch submissions hold no slot.
 	batch := request("/", "openai", "gpt-4o")
-	batch.UserPathOnly = true
+	batch.ConsumerOnly = true
 	if d := admit(t, l, t0, batch); !d.Allowed || d.Lease != nil {
 		t.Fatalf("batch submission: allowed=%v lease=%v, want allowed without a lease", d.Allowed, d.Lease)
 	}
@@ -332,7 +332,7 @@ func TestBatchSkipsProviderAndModelRules(t *testing.T) {
 	)
 	for i := range 3 {
 		r := request("/b", "openai", "gpt-4o")
-		r.UserPathOnly = true
+		r.ConsumerOnly = true
 		d := admit(t, l, t0, r)
 		if got, want := d.Allowed, i < 2; got != want {
 			t.Fatalf("batch %d: admitted=%v, want %v (user-path rule only)", i, got, want)
