@@ -34,9 +34,9 @@ import (
 // each path alone; their difference is the gateway's.
 
 var benchRules = []limiter.Rule{
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxRequests: 1 << 40, MaxTokens: 1 << 40},
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 1 << 20},
-	{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 1 << 40},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 40, MaxTokens: 1 << 40}},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 1 << 20}},
+	{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 40}},
 }
 
 type benchGateway struct {

@@ -517,81 +517,97 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	return errors.Join(errs...)
 }
 
-// rule turns a limit spec into a config rule and checks it.
+// rule turns a limit spec into a config rule and checks it: a bucket when
+// it has a bucket's fields (capacity, refill_per_second, unit), else a
+// window, or a gauge for the period concurrent.
 func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, error) {
 	r := limiter.Rule{
-		Scope:           scope,
-		Subject:         subject,
+		Scope:    scope,
+		Subject:  subject,
+		PerChild: l.PerChild,
+		Shards:   l.Shards,
+		Priority: l.Priority,
+		Always:   l.Always,
+		Shadow:   l.Shadow,
+		Source:   limiter.SourceConfig,
+	}
+	if fs := l.FairShare; fs != nil {
+		r.FairShare = fs.fairShare()
+	}
+	if l.Capacity != 0 || l.RefillPerSecond != 0 || l.Unit != "" {
+		var errs []error
+		r.Limit, errs = l.bucket()
+		return r, errors.Join(append(errs, r.Validate())...)
+	}
+	var errs []error
+	r.Limit, errs = l.windowOrGauge()
+	r.Ramp, errs = l.ramp(errs)
+	if err := errors.Join(errs...); err != nil {
+		return r, err
+	}
+	return r, r.Validate()
+}
+
+// window returns the window the spec's window fields describe, with no
+// period, and what is wrong with them.
+func (l limitSpec) window() (limiter.Window, []error) {
+	fixed, err := limiter.ParseWindow(l.Window)
+	q, qerr := limiter.ParseQuota(l.Quota)
+	w := limiter.Window{
+		Fixed:           fixed,
 		MaxRequests:     l.MaxRequests,
 		MaxTokens:       l.MaxTokens,
 		MaxInputTokens:  l.MaxInputTokens,
 		MaxOutputTokens: l.MaxOutputTokens,
-		PerChild:        l.PerChild,
-		Shards:          l.Shards,
-		Priority:        l.Priority,
-		Always:          l.Always,
-		Shadow:          l.Shadow,
-		Source:          limiter.SourceConfig,
+		Quota:           q,
 	}
+	return w, []error{err, qerr}
+}
+
+// bucket returns the bucket of a spec with a bucket's fields, and a
+// problem for each field of a window it has.
+func (l limitSpec) bucket() (limiter.Bucket, []error) {
+	b := limiter.Bucket{Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond}
 	var errs []error
-	if l.Capacity != 0 || l.RefillPerSecond != 0 || l.Unit != "" {
-		b := &limiter.Bucket{Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond}
-		switch l.Unit {
-		case "", "requests":
-		case "tokens":
-			b.Tokens = true
-		default:
-			errs = append(errs, fmt.Errorf("unit: %q is neither requests nor tokens", l.Unit))
-		}
-		if l.Period != "" || l.PeriodSeconds != 0 {
-			errs = append(errs, errors.New("period: a bucket (capacity, refill_per_second) has no period"))
-		}
-		if l.Window != "" {
-			errs = append(errs, errors.New("window: a bucket has no window"))
-		}
-		if l.Quota != "" {
-			q, err := limiter.ParseQuota(l.Quota)
-			errs = append(errs, err)
-			r.Quota = q
-		}
-		if l.FairShare != nil {
-			r.FairShare = l.FairShare.fairShare()
-		}
-		if l.Ramp != nil {
-			errs = append(errs, errors.New("ramp: only request and token windows ramp"))
-		}
-		r.Bucket = b
-		return r, errors.Join(append(errs, r.Validate())...)
+	switch l.Unit {
+	case "", "requests":
+	case "tokens":
+		b.Tokens = true
+	default:
+		errs = append(errs, fmt.Errorf("unit: %q is neither requests nor tokens", l.Unit))
 	}
-	w, err := limiter.ParseWindow(l.Window)
-	errs = append(errs, err)
-	r.Window = w
-	q, err := limiter.ParseQuota(l.Quota)
-	errs = append(errs, err)
-	r.Quota = q
-	if fs := l.FairShare; fs != nil {
-		r.FairShare = fs.fairShare()
+	if l.Period != "" || l.PeriodSeconds != 0 {
+		errs = append(errs, errors.New("period: a bucket (capacity, refill_per_second) has no period"))
 	}
-	if rs := l.Ramp; rs != nil {
-		every, err := time.ParseDuration(rs.Every)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ramp.every: %q is not a duration", rs.Every))
-		}
-		limit := cmp.Or(l.MaxRequests, l.MaxTokens)
-		r.Ramp = &limiter.Ramp{Start: rs.Start, Step: rs.Step, Every: every, Max: limit}
-		if rs.Max != 0 && rs.Max != limit {
-			errs = append(errs, fmt.Errorf("ramp.max: %d differs from the rule's limit %d, where the ramp ends (leave it out)", rs.Max, limit))
-		}
+	if l.Window != "" {
+		errs = append(errs, errors.New("window: a bucket has no window"))
 	}
+	if l.Ramp != nil {
+		errs = append(errs, errors.New("ramp: only request and token windows ramp"))
+	}
+	w, werrs := l.window()
+	w.Fixed = false // reported above
+	errs = append(errs, werrs[1:]...)
+	return b, append(errs, limiter.Misplaced(w, b)...)
+}
+
+// windowOrGauge returns the window of the spec's period, or for the
+// period concurrent the gauge of its max_requests, with a problem for
+// each window field a gauge has not.
+func (l limitSpec) windowOrGauge() (limiter.Limit, []error) {
+	w, errs := l.window()
+	gauge := false
 	switch {
 	case l.Period != "" && l.PeriodSeconds != 0:
 		errs = append(errs, errors.New("period and period_seconds are both set; use one"))
+	case l.Period == limiter.PeriodConcurrent:
+		gauge = true
 	case l.Period != "":
 		p, err := limiter.ParsePeriod(l.Period)
 		errs = append(errs, err)
-		r.Period = p
+		w.Period = p
 	case l.PeriodSeconds > 0:
-		r.Period = time.Duration(l.PeriodSeconds) * time.Second
+		w.Period = time.Duration(l.PeriodSeconds) * time.Second
 	case l.PeriodSeconds < 0:
 		errs = append(errs, fmt.Errorf("period_seconds: negative period %d", l.PeriodSeconds))
 	default:
@@ -600,13 +616,28 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 	if l.MaxRequests == 0 && l.MaxTokens == 0 && l.MaxInputTokens == 0 && l.MaxOutputTokens == 0 {
 		errs = append(errs, errors.New("no limit set (max_requests, max_tokens, max_input_tokens or max_output_tokens; or capacity and refill_per_second)"))
 	}
-	if w == limiter.WindowFixed && r.Period == limiter.Concurrent && l.Period != "" {
-		errs = append(errs, errors.New("window: a concurrent rule has no window"))
+	if gauge {
+		return limiter.Gauge{MaxInFlight: l.MaxRequests}, append(errs, limiter.Misplaced(w, limiter.Gauge{})...)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return r, err
+	return w, errs
+}
+
+// ramp returns the spec's ramp, which ends at the rule's limit, appending
+// what is wrong with it to errs.
+func (l limitSpec) ramp(errs []error) (*limiter.Ramp, []error) {
+	rs := l.Ramp
+	if rs == nil {
+		return nil, errs
 	}
-	return r, r.Validate()
+	every, err := time.ParseDuration(rs.Every)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ramp.every: %q is not a duration", rs.Every))
+	}
+	limit := cmp.Or(l.MaxRequests, l.MaxTokens)
+	if rs.Max != 0 && rs.Max != limit {
+		errs = append(errs, fmt.Errorf("ramp.max: %d differs from the rule's limit %d, where the ramp ends (leave it out)", rs.Max, limit))
+	}
+	return &limiter.Ramp{Start: rs.Start, Step: rs.Step, Every: every, Max: limit}, errs
 }
 
 // addLimits adds the rules one subject's limits make, and returns their

@@ -151,13 +151,14 @@ func BudgetRule(scope limiter.Scope, subject string, perChild bool, amount usdTe
 	if err == nil && cost == 0 {
 		errs = append(errs, errors.New("amount_usd: a budget needs an amount above 0"))
 	}
-	r.MaxCost = cost
+	b := limiter.Budget{MaxCost: cost}
 	if period == "" {
 		errs = append(errs, errors.New("period: missing (want hour, day, week or month)"))
 	} else {
-		r.Calendar, err = limiter.ParseCalendar(period)
+		b.Calendar, err = limiter.ParseCalendar(period)
 		errs = append(errs, err)
 	}
+	r.Limit = b
 	if err := errors.Join(errs...); err != nil {
 		return r, err
 	}
@@ -327,8 +328,9 @@ func (cfg *Config) budgetLocationFromEnv(env Env) error {
 // WithBudgetLocation returns rules with every budget's zone set to loc.
 func WithBudgetLocation(rules []limiter.Rule, loc *time.Location) []limiter.Rule {
 	for i := range rules {
-		if rules[i].IsBudget() {
-			rules[i].Location = loc
+		if b, ok := rules[i].Limit.(limiter.Budget); ok {
+			b.Location = loc
+			rules[i].Limit = b
 		}
 	}
 	return rules

@@ -247,7 +247,7 @@ func (s *Store) Charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	keys := make([]string, len(charges))
 	for i := range charges {
 		c := &charges[i]
-		if c.Period == limiter.Concurrent && (lease == nil || c.Amount != 1) {
+		if c.IsGauge() && (lease == nil || c.Amount != 1) {
 			return limiter.Outcome{}, errors.New("dynamostore: a slot is one unit held by a lease")
 		}
 		keys[i] = CounterKey(c.Counter)
@@ -327,7 +327,7 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 			return
 		}
 		c := &charges[i]
-		if c.Period == limiter.Concurrent {
+		if c.IsGauge() {
 			res[i], held[i] = s.acquire(ctx, keys[i], c, lease, now)
 			return
 		}
@@ -345,7 +345,7 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 			admitted = false
 		case r.refused:
 			admitted = false
-			if charges[i].Period == limiter.Concurrent {
+			if charges[i].IsGauge() {
 				full = append(full, fullGauge{key: keys[i], entries: held[i]})
 			}
 		}
@@ -396,7 +396,7 @@ func (s *Store) undo(ctx context.Context, now time.Time, charges []limiter.Charg
 		c, r := &charges[i], res[i]
 		switch {
 		case r.applied == notApplied:
-		case c.Period == limiter.Concurrent:
+		case c.IsGauge():
 			if _, err := s.releaseSlot(undo, keys[i], slotEntry(lease)); err != nil {
 				unreleased.Store(true)
 				s.log.Warn("could not give back a refused request's slot; the reconciler or the next full refusal will", "counter", keys[i], "err", err)
@@ -524,7 +524,7 @@ func (s *Store) accountOut(cc *types.ConsumedCapacity) {
 // period after its window closes (it is then no longer anyone's prev) plus
 // time for late settlements; a gauge well after any lease could hold it.
 func (s *Store) counterTTL(c *limiter.Charge, now time.Time) int64 {
-	if c.Period == limiter.Concurrent {
+	if c.IsGauge() {
 		return s.ttlAfter(now.Add(limiter.DefaultLeaseTTL))
 	}
 	return s.ttlAfter(c.WindowEnd().Add(c.Period))

@@ -370,7 +370,7 @@ func decisionOf(d limiter.Decision) explainDecision {
 // refusalName is the x-tollgate-rule header's name of a refusal.
 func refusalName(r *limiter.Refusal) string {
 	name := r.Rule.Scope.String() + ":" + r.Subject() + ":" + r.Rule.PeriodName()
-	if r.Rule.IsBudget() {
+	if isBudget(r.Rule) {
 		return "budget:" + name
 	}
 	return name
@@ -394,8 +394,8 @@ func explainedRules(rules []limiter.ExplainedRule, req limiter.Request) []explai
 		if e.WouldRefuse && e.Retryable {
 			er.RetryAfterMS = retryMS(e.RetryAfter)
 		}
-		if e.Rule.Quota != limiter.QuotaStandard {
-			er.Quota = e.Rule.Quota.String()
+		if w, ok := e.Rule.Limit.(limiter.Window); ok {
+			er.Quota = quotaName(w)
 		}
 		if e.Burndown > 0 {
 			er.Arithmetic = &arithmetic{
