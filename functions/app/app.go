@@ -168,6 +168,9 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if c, ok := a.Store.(admission.Cooldowns); ok {
 		a.Watcher.WatchRamps(rampHealth(c, cfg, log, a.latencyDoubled))
 	}
+	if r, ok := a.Store.(configstore.UpstreamReader); ok && len(cfg.AdaptRules) > 0 {
+		a.Watcher.Adapt(cfg.AdaptRules, r)
+	}
 	if cfg.RateLimitsEnabled {
 		if err := a.Watcher.Load(ctx); err != nil {
 			log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
@@ -281,8 +284,21 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 		RealtimeMaxSession:    a.Config.Gateway.RealtimeMaxSession,
 		RealtimeSessionTokens: a.Config.Gateway.RealtimeSessionTokens,
 	}
+	for class, f := range a.Config.Shaping.Fallbacks {
+		if pc.Fallbacks == nil {
+			pc.Fallbacks = map[string]admission.Fallback{}
+		}
+		pc.Fallbacks[class], _ = admission.ParseFallback(f) // checked by config
+	}
+	for _, d := range a.Config.Downgrades {
+		pc.Downgrades = append(pc.Downgrades, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused,
+			BudgetBelow: d.BudgetBelow, Classes: d.Classes})
+	}
 	if c, ok := a.Store.(admission.Cooldowns); ok {
 		pc.Cooldowns = c
+	}
+	if u, ok := a.Store.(admission.UpstreamRecorder); ok {
+		pc.Upstream = u
 	}
 	if a.stats != nil {
 		pc.Observer = a.stats
@@ -297,6 +313,14 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 		pc.AdaptiveCapped = a.Config.Gateway.Reservation == "adaptive"
 	}
 	return pc
+}
+
+// upstreamReader is the store's reader of upstream reports, if it has one.
+func upstreamReader(s limiter.Store) adminapi.UpstreamReader {
+	if r, ok := s.(adminapi.UpstreamReader); ok {
+		return r
+	}
+	return nil
 }
 
 // explainer is the admin API's Explainer: the gateway's own admission
@@ -368,6 +392,7 @@ func (a *App) BuildAdmin() error {
 		},
 		Providers:     providers,
 		Explainer:     &explainer{a: a},
+		Upstream:      upstreamReader(a.Store),
 		Stats:         stats,
 		Estimates:     est,
 		Store:         a.ConfigStore,

@@ -52,7 +52,16 @@ func (a *App) catalogOf(specs []config.ProviderSpec) (*providers.Catalog, error)
 		}
 		aliases = append(aliases, pa)
 	}
-	return providers.NewCatalog(ps, aliases, nil)
+	c, err := providers.NewCatalog(ps, aliases, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range specs {
+		for model, caps := range s.Capabilities {
+			c.Declare(s.Name, model, caps)
+		}
+	}
+	return c, nil
 }
 
 func newProvider(s config.ProviderSpec, settings config.Settings) (providers.Provider, error) {

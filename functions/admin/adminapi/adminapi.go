@@ -63,6 +63,9 @@ type Config struct {
 	Prices *pricing.Table
 	// Classes are the traffic classes a key may be given (nil: any).
 	Classes []string
+	// Upstream, when set, shows in explain what upstreams report of their
+	// limits beside the rules that limit them.
+	Upstream UpstreamReader
 	// Explainer runs explained requests' admission in dry run; nil
 	// answers 503. Estimates, when set, shows the learned reservations
 	// in explain; AdaptiveFloor is the least they reserve.

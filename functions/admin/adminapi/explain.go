@@ -44,6 +44,12 @@ type explainInput struct {
 	// Route is the request's route ("chat", "messages", …; default chat),
 	// whose learned reservation applies.
 	Route string `json:"route"`
+	// What the request's body would need of a model other than its first
+	// choice.
+	Tools            bool `json:"tools"`
+	Vision           bool `json:"vision"`
+	Audio            bool `json:"audio"`
+	StructuredOutput bool `json:"structured_output"`
 }
 
 // explainDecision is what the request would get: its status, and what
@@ -88,6 +94,12 @@ type explainedRule struct {
 	Shadow       bool   `json:"shadow,omitempty"`
 	Overridden   bool   `json:"overridden,omitempty"`
 	Source       string `json:"source"`
+	// Upstream is what the rule's upstream last reported it enforces, for
+	// a provider or model window of a minute; ConfiguredLimit the rule's
+	// configured limit when it differs from the one in force (adapt: true
+	// lowered it to the report).
+	Upstream        *upstreamReport `json:"upstream_reports,omitempty"`
+	ConfiguredLimit string          `json:"configured_limit,omitempty"`
 	// Quota and Arithmetic show how a token window of Bedrock's quota
 	// computed what it asks.
 	Quota      string      `json:"quota,omitempty"`
@@ -198,6 +210,8 @@ func (h *Handler) explainRequest(in explainInput, errs []fieldError) (admission.
 		UserPathOnly: op == providers.OpBatches, Free: op == providers.OpCountTokens,
 		NoOutput: op == providers.OpEmbeddings || op == providers.OpAudio, Session: op == providers.OpRealtime,
 	}
+	needs := admission.Needs{Tools: in.Tools, Vision: in.Vision, Audio: in.Audio, StructuredOutput: in.StructuredOutput}
+	req.Needs = func() admission.Needs { return needs }
 	return req, errs
 }
 
@@ -242,7 +256,9 @@ func (h *Handler) explained(ctx context.Context, req admission.Request, ex admis
 		return out
 	}
 	lr := deciding.Request
-	out["rules"] = explainedRules(deciding.Rules, lr)
+	rules := explainedRules(deciding.Rules, lr)
+	h.withUpstreamReports(ctx, rules, deciding.Rules, lr)
+	out["rules"] = rules
 	prices := h.cfg.Prices
 	if prices == nil {
 		prices = pricing.New(nil, nil)
@@ -280,7 +296,28 @@ func stepDecision(st admission.Step, tr admission.Trace) explainDecision {
 		out.Status, out.Type, out.Message = http.StatusBadGateway, "server_error", "no target could serve the request"
 		return out
 	}
+	if len(st.Incompatible) > 0 {
+		d := skipDecision(st, out)
+		var why []string
+		for _, sk := range st.Incompatible {
+			why = append(why, targetName(sk.Target)+": "+sk.Why)
+		}
+		d.Decision = "no_compatible_target"
+		if st.Refusal == nil {
+			d.Status, d.Type, d.Message = http.StatusBadRequest, "invalid_request_error", "no target can take this request"
+		}
+		d.Message += "; no other target can take the request: " + strings.Join(why, "; ")
+		return d
+	}
+	return skipDecision(st, out)
+}
+
+// skipDecision is what the answer of a refusal says.
+func skipDecision(st admission.Step, out explainDecision) explainDecision {
 	sk := st.Refusal
+	if sk == nil {
+		return out
+	}
 	retry := func() {
 		if sk.Retryable {
 			out.RetryAfterMS, out.Retryable = retryMS(sk.Wait), true
@@ -307,6 +344,8 @@ func skipWhy(sk *admission.Skip) string {
 	switch sk.Reason {
 	case admission.SkipRefused:
 		return sk.Decision.Refused.Message()
+	case admission.SkipIncompatible, admission.SkipDowngrading:
+		return sk.Why
 	case admission.SkipPaused:
 		msg := "paused: " + sk.Pause.ID()
 		if sk.Pause.Reason != "" {
@@ -436,4 +475,71 @@ func tagsOf(v any) ([]limiter.Tag, error) {
 		return limiter.ParseTags(strings.Join(parts, ","))
 	}
 	return nil, errBadTags
+}
+
+// upstreamReport is what an upstream last reported of its limits.
+type upstreamReport struct {
+	LimitRequests     *int64 `json:"limit_requests,omitempty"`
+	LimitTokens       *int64 `json:"limit_tokens,omitempty"`
+	RemainingRequests *int64 `json:"remaining_requests,omitempty"`
+	RemainingTokens   *int64 `json:"remaining_tokens,omitempty"`
+	At                string `json:"at"`
+}
+
+// UpstreamReader reads what upstreams reported of their limits.
+type UpstreamReader interface {
+	UpstreamReports(ctx context.Context, keys []string) (map[string]limiter.UpstreamReport, error)
+}
+
+// withUpstreamReports adds, beside each provider or model rule of the
+// explained request's target, what its upstream reports it enforces, and
+// the configured limit where adapt lowered it.
+func (h *Handler) withUpstreamReports(ctx context.Context, out []explainedRule, rules []limiter.ExplainedRule, lr limiter.Request) {
+	if h.cfg.Upstream == nil {
+		return
+	}
+	p, m := lr.Subject.Provider, lr.Subject.Model
+	keys := []string{strings.ToLower(p + "/" + m), strings.ToLower(p) + "/*"}
+	reps, err := h.cfg.Upstream.UpstreamReports(ctx, keys)
+	if err != nil || len(reps) == 0 {
+		return
+	}
+	for i, e := range rules {
+		if i >= len(out) || !e.Rule.ReportedFor(p, m) {
+			continue
+		}
+		key := keys[0]
+		if e.Rule.Scope == limiter.ScopeProvider {
+			key = keys[1]
+		}
+		rep, ok := reps[key]
+		if !ok {
+			continue
+		}
+		out[i].Upstream = reportOf(rep)
+		now, _ := e.Rule.Limit.(limiter.Window) // ReportedFor: a one-minute window
+		for _, c := range h.cfg.ConfigRules {
+			if c.Key() != e.Rule.Key() {
+				continue
+			}
+			was, _ := c.Limit.(limiter.Window)
+			if was.MaxRequests != now.MaxRequests && e.Kind == limiter.KindRequests {
+				out[i].ConfiguredLimit = itoa(was.MaxRequests)
+			}
+			if was.MaxTokens != now.MaxTokens && e.Kind == limiter.KindTokens {
+				out[i].ConfiguredLimit = itoa(was.MaxTokens)
+			}
+		}
+	}
+}
+
+func reportOf(rep limiter.UpstreamReport) *upstreamReport {
+	opt := func(v int64, least int64) *int64 {
+		if v < least {
+			return nil
+		}
+		return &v
+	}
+	return &upstreamReport{LimitRequests: opt(rep.LimitRequests, 1), LimitTokens: opt(rep.LimitTokens, 1),
+		RemainingRequests: opt(rep.RemainingRequests, 0), RemainingTokens: opt(rep.RemainingTokens, 0), At: rep.At.UTC().Format(time.RFC3339)}
 }

@@ -50,11 +50,19 @@ type Config struct {
 	Cooldowns       Cooldowns
 	CooldownCache   time.Duration
 	DefaultCooldown time.Duration
+	// Upstream, when set, records what upstreams report of their own
+	// limits (see upstream.go).
+	Upstream UpstreamRecorder
 	// Classes are the traffic classes and how long a request of each may
 	// wait out a refusal's exact Retry-After (once, jittered, never past
 	// the request's deadline) instead of being answered. Nil:
 	// DefaultClasses.
 	Classes map[string]time.Duration
+	// Fallbacks are the classes' policies for targets other than a
+	// request's first choice (a class not in it: FallbackAny).
+	Fallbacks map[string]Fallback
+	// Downgrades are the downgrade rules, in order.
+	Downgrades []Downgrade
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the rule leaves,
 	// if that is at least ClampFloor. Off by default.
@@ -158,6 +166,9 @@ type Orchestrator struct {
 	cool   *lru.Cache[string, cooldownEntry]
 	health storeHealth // whether the store answers in time
 	waits  waitBook    // what this instance promised to waiting requests
+	// upstream is what this instance recorded and warned of upstream
+	// reports.
+	upstream upstreamNotes
 
 	failOpenAdmits atomic.Int64
 	shadowRefusals atomic.Int64
@@ -210,7 +221,10 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = Sleep
 	}
-	return &Orchestrator{cfg: cfg, log: cfg.Logger, cool: lru.New[string, cooldownEntry](maxCooldownEntries)}, nil
+	o := &Orchestrator{cfg: cfg, log: cfg.Logger, cool: lru.New[string, cooldownEntry](maxCooldownEntries)}
+	o.upstream.recorded = lru.New[string, time.Time](maxCooldownEntries)
+	o.upstream.warned = map[string]bool{}
+	return o, nil
 }
 
 // Classes returns the traffic classes and their longest waits.

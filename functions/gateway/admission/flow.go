@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/infra/metrics"
@@ -43,9 +44,16 @@ type Step struct {
 	Target   providers.Target
 	Decision limiter.Decision
 	// Refusal is what a Refuse answers: of the targets skipped, the one
-	// retryable soonest (a consumer rule's or pause's at once).
+	// retryable soonest (a consumer rule's or pause's at once); nil when
+	// every target was incompatible.
 	Refusal *Skip
-	Failure *providers.Error
+	// Incompatible are the targets of a Refuse skipped as incompatible
+	// (the answer is no_compatible_target when there are any).
+	Incompatible []Skip
+	// DowngradedFrom, on a Forward, names the target ("provider/model")
+	// the request was downgraded from.
+	DowngradedFrom string
+	Failure        *providers.Error
 	// Err is the store's error of an Unavailable step.
 	Err error
 }
@@ -61,6 +69,12 @@ const (
 	// SkipCoolingDown: the target's upstream asked to be left alone
 	// until Skip.Until (it answered 429, or reported nothing left).
 	SkipCoolingDown
+	// SkipIncompatible: the target cannot do what the request needs, or
+	// its class does not fall back to it (Skip.Why).
+	SkipIncompatible
+	// SkipDowngrading: tried after a downgrade's model, since its
+	// tightest budget is below the downgrade's fraction (Skip.Why).
+	SkipDowngrading
 )
 
 func (r SkipReason) String() string {
@@ -71,6 +85,10 @@ func (r SkipReason) String() string {
 		return "paused"
 	case SkipCoolingDown:
 		return "cooling_down"
+	case SkipIncompatible:
+		return "incompatible"
+	case SkipDowngrading:
+		return "downgrading"
 	}
 	return "unknown"
 }
@@ -84,6 +102,7 @@ type Skip struct {
 	Decision  *limiter.Decision // SkipRefused
 	Pause     *limiter.Pause    // SkipPaused
 	Until     time.Time         // SkipCoolingDown
+	Why       string            // SkipIncompatible
 }
 
 // sooner reports whether a should be answered rather than b: retryable
@@ -109,13 +128,21 @@ type Admission struct {
 	now        time.Time
 	pass       int
 	targets    []providers.Target
+	first      providers.Target // the pass's first choice
 	next       int
 	cooling    map[string]time.Time
 	best       *Skip
 	failed     *providers.Error
-	stopped    bool // the pass ended early: no other target can help
-	clamped    bool
-	waited     bool
+	// incompatible are the pass's targets that cannot take the request.
+	incompatible []Skip
+	// downgradedFrom maps a downgrade's target in the pass to what it
+	// stands in for.
+	downgradedFrom map[providers.Target]string
+	need           Needs
+	needsRead      bool
+	stopped        bool // the pass ended early: no other target can help
+	clamped        bool
+	waited         bool
 }
 
 // Begin starts the admission of req: it resolves the model to its
@@ -198,8 +225,12 @@ func (a *Admission) Next(ctx context.Context) Step {
 
 func (a *Admission) startPass(ctx context.Context) {
 	a.targets = a.o.order(a.route)
+	a.first = providers.Target{}
+	if len(a.targets) > 0 {
+		a.first = a.targets[0]
+	}
 	a.cooling = a.o.cooldownsOf(ctx, a.clock(), a.targets)
-	a.next, a.best, a.failed, a.stopped = 0, nil, nil, false
+	a.next, a.best, a.failed, a.stopped, a.incompatible, a.downgradedFrom = 0, nil, nil, false, nil, nil
 }
 
 // consider keeps sk when it is the one to answer so far.
@@ -223,11 +254,23 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	}
 	lr := a.limiterRequest(ctx, t, i)
 	a.trace.look(a.pass, t, lr)
+	if t != a.first || a.req.residency() != "" {
+		if why := a.incompatibility(t, a.first, lr.OutputTokens); why != "" {
+			a.skipIncompatible(t, why)
+			return Step{}, false
+		}
+	}
 	if p, paused := a.paused(now, lr.Subject); paused {
 		a.refusedByPause(t, p)
 		sk := &Skip{Target: t, Reason: SkipPaused, Pause: &p, Retryable: !p.Until.IsZero(), Wait: p.Until.Sub(now)}
 		a.consider(sk)
 		a.stopped = p.Consumer()
+		return Step{}, false
+	}
+	if a.budgetLow(ctx, now, t, lr) && a.offerDowngrade(t, false) {
+		// The downgrade's target first; t after it, if it cannot take it.
+		a.targets = slices.Insert(a.targets, a.next+1, t)
+		a.trace.skipped(&Skip{Target: t, Reason: SkipDowngrading, Why: "its tightest budget is below the downgrade's fraction: its downgrade first"})
 		return Step{}, false
 	}
 	d, err := a.decide(ctx, now, lr)
@@ -250,11 +293,37 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	if !d.Allowed {
 		a.logRefusal(t, d)
 		a.consider(&Skip{Target: t, Reason: SkipRefused, Wait: d.Refused.RetryAfter, Retryable: d.Refused.Retryable, Decision: &d})
-		a.stopped = consumerScope(d.Refused.Scope()) // no other target can help
+		// A refusal by the caller's own rule ends the pass: no other
+		// target can help, but a cheaper model the class opts into may.
+		switch offered := a.offerDowngrade(t, true); {
+		case offered && consumerScope(d.Refused.Scope()):
+			a.targets = a.targets[:a.next+1] // the downgrade's target alone
+		case consumerScope(d.Refused.Scope()):
+			a.stopped = true
+		}
 		return Step{}, false
 	}
 	a.admitted(t, d)
-	return Step{Kind: Forward, Target: t, Decision: d}, true
+	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t]}
+	switch {
+	case st.DowngradedFrom != "":
+		a.downgraded(t, st.DowngradedFrom)
+	case t != a.first:
+		a.fellBack(t)
+	}
+	return st, true
+}
+
+// skipIncompatible records that target t cannot take the request.
+func (a *Admission) skipIncompatible(t providers.Target, why string) {
+	sk := Skip{Target: t, Reason: SkipIncompatible, Why: why}
+	a.incompatible = append(a.incompatible, sk)
+	a.trace.skipped(&a.incompatible[len(a.incompatible)-1])
+	if !a.dry {
+		a.o.cfg.Metrics.Count(metrics.Incompatible, 1, "Target", t.String())
+		a.logf("skipped: the target cannot take the request", "provider", t.Provider.Name(), "target_model", t.Model,
+			"first_choice", a.first.String(), "why", why)
+	}
 }
 
 // limiterRequest is what the limiter is asked for target t.
@@ -314,9 +383,11 @@ func (a *Admission) decide(ctx context.Context, now time.Time, lr limiter.Reques
 // its failure, after which Next fails over or ends.
 func (a *Admission) Answered(ctx context.Context, t providers.Target, limits providers.UpstreamLimits, perr *providers.Error) {
 	if perr == nil {
+		a.o.noteUpstream(ctx, t, limits)
 		a.o.coolDownIfExhausted(ctx, t, limits)
 		return
 	}
+	a.o.noteUpstream(ctx, t, perr.Limits)
 	if perr.RateLimited() {
 		a.o.cfg.Metrics.Count(metrics.UpstreamRateLimited, 1, "Provider", t.Provider.Name())
 		a.observeUpstream429(t, perr)
@@ -337,6 +408,9 @@ func (a *Admission) endPass(ctx context.Context) (st Step, again bool) {
 	}()
 	sk := a.best
 	if sk == nil {
+		if len(a.incompatible) > 0 && a.failed == nil {
+			return Step{Kind: Refuse, Incompatible: a.incompatible}, false
+		}
 		return Step{Kind: Failed, Failure: a.failed}, false
 	}
 	if !a.clamped && a.clamp(sk) {
@@ -347,5 +421,5 @@ func (a *Admission) endPass(ctx context.Context) (st Step, again bool) {
 		a.waited = true
 		return Step{}, true
 	}
-	return Step{Kind: Refuse, Refusal: sk}, false
+	return Step{Kind: Refuse, Refusal: sk, Incompatible: a.incompatible}, false
 }

@@ -127,3 +127,15 @@ func (a *Admission) observeUpstream429(t providers.Target, e *providers.Error) {
 			Provider: t.Provider.Name(), RetryAfter: e.Limits.RetryAfter, HasRetryAfter: e.Limits.RetryAfter > 0})
 	}
 }
+
+// fellBack counts a request admitted on a target other than its first
+// choice.
+func (a *Admission) fellBack(t providers.Target) {
+	if a.dry {
+		return
+	}
+	a.o.cfg.Metrics.Count(metrics.FellBack, 1, "From", a.first.String(), "To", t.String())
+	if a.o.cfg.Observer != nil {
+		a.o.cfg.Observer.Outcome(metrics.Outcome{Kind: metrics.OutcomeFallback, Class: a.req.Caller.Class, Model: t.Model, Provider: t.Provider.Name()})
+	}
+}

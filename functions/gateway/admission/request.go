@@ -36,6 +36,10 @@ type Request struct {
 	NoOutput     bool
 	Free         bool
 	Session      bool
+	// Needs, when set, says what the request needs of a model (read of
+	// its body only when a target other than its first choice is
+	// considered).
+	Needs func() Needs
 	// Clamp, when set, lowers the request's output cap to n where the
 	// request is sent (its body), reporting whether it could; admission
 	// calls it when it decides to clamp (Config.ClampFloor).

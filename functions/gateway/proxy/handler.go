@@ -52,7 +52,9 @@ type Config struct {
 	// CooldownCache is how long this instance trusts what it read (1 s);
 	// DefaultCooldown is the cooldown of a 429 that says nothing of when to
 	// come back (2 s).
-	Cooldowns       admission.Cooldowns
+	Cooldowns admission.Cooldowns
+	// Upstream, when set, records what upstreams report of their limits.
+	Upstream        admission.UpstreamRecorder
 	CooldownCache   time.Duration
 	DefaultCooldown time.Duration
 	// Classes are the traffic classes and how long a request of each may
@@ -63,6 +65,11 @@ type Config struct {
 	// waits for nothing: seed 000's immediate, exact 429.
 	Classes      map[string]time.Duration
 	DefaultClass string
+	// Fallbacks are the classes' policies for targets other than a
+	// request's first choice (any, the default; same_family; none), and
+	// Downgrades the downgrade rules: see package admission.
+	Fallbacks  map[string]admission.Fallback
+	Downgrades []admission.Downgrade
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -251,8 +258,8 @@ func AdmissionConfig(cfg Config) admission.Config {
 	return admission.Config{
 		Limiter: cfg.Limiter, Catalog: cfg.Catalog, Prices: cfg.Prices,
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
-		Cooldowns: cfg.Cooldowns, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
-		Classes: cfg.Classes, ClampFloor: cfg.ClampFloor,
+		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
+		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
 		RealtimeMaxSession: cfg.RealtimeMaxSession, RealtimeSessionTokens: cfg.RealtimeSessionTokens,

@@ -8,6 +8,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +82,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		st := adm.Next(ctx)
 		switch st.Kind {
 		case admission.Forward:
+			if st.DowngradedFrom != "" {
+				w.Header().Set(HeaderDowngradedFrom, st.DowngradedFrom)
+			} else {
+				w.Header().Del(HeaderDowngradedFrom)
+			}
 			limits, perr := h.forward(w, r, ex, st.Target, st.Decision, reqID)
 			if perr == errClientGone {
 				return
@@ -91,7 +97,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			}
 			continue
 		case admission.Refuse:
-			writeSkip(w, ex.proto, st.Refusal, h.cfg.Now())
+			writeRefuse(w, ex.proto, st, ex.model, h.cfg.Now())
 		case admission.Unavailable:
 			writeError(w, ex.proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: errCodeServiceUnavailable,
 				message: "the gateway cannot check rate limits right now; nothing was sent upstream, try again shortly"}, time.Second)
@@ -115,6 +121,7 @@ func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID st
 		Caller:      admission.Caller{UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, Class: ex.caller.Class},
 		InputTokens: ex.inputTokens, MaxTokens: ex.maxTokens, Choices: ex.choices,
 		UserPathOnly: ex.userPathOnly, NoOutput: ex.noOutput, Free: ex.free, Session: ex.session,
+		Needs: func() admission.Needs { return needsOf(ex.op, ex.body) },
 		Clamp: func(n int64) bool {
 			body, err := providers.SetModel(ex.body, "", map[string]any{ex.capFieldName(): n})
 			if err != nil {
@@ -126,6 +133,10 @@ func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID st
 		},
 	}
 }
+
+// HeaderDowngradedFrom names, on an answer, the target ("provider/model")
+// a downgrade took the request from.
+const HeaderDowngradedFrom = "X-Tollgate-Downgraded-From"
 
 // HeaderClamped announces that the gateway lowered a request's output cap
 // to fit the token budget.
@@ -142,17 +153,52 @@ func (ex *exchange) capFieldName() string {
 	return "max_tokens"
 }
 
-// writeSkip answers with why the target admission settled on was
-// skipped: a rule's refusal, a pause, or a cooldown.
-func writeSkip(w http.ResponseWriter, proto providers.Protocol, sk *admission.Skip, now time.Time) {
+// writeRefuse answers a Refuse step: with why the target admission
+// settled on was skipped (a rule's refusal, a pause, a cooldown), and
+// when other targets were skipped as incompatible, as
+// no_compatible_target with each one's reason.
+func writeRefuse(w http.ResponseWriter, proto providers.Protocol, st admission.Step, model string, now time.Time) {
+	sk := st.Refusal
+	if sk == nil {
+		w.Header().Set(headerDecision, DecisionNoCompatibleTarget)
+		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: DecisionNoCompatibleTarget,
+			message:  "no target of `" + model + "` can take this request: " + incompatibleReasons(st.Incompatible),
+			decision: DecisionNoCompatibleTarget}, 0)
+		return
+	}
+	var e apiError
+	var delay time.Duration
 	switch sk.Reason {
 	case admission.SkipRefused:
-		writeRefusal(w, proto, *sk.Decision)
+		e, delay = refusalError(w.Header(), *sk.Decision)
 	case admission.SkipPaused:
-		writePause(w, proto, *sk.Pause, sk.Wait)
+		e, delay = pauseError(w.Header(), *sk.Pause, sk.Wait)
 	default:
-		writeCooldown(w, proto, sk.Target, sk.Until, now)
+		e, delay = cooldownError(w.Header(), sk.Target, sk.Until, now)
 	}
+	if len(st.Incompatible) > 0 {
+		e.decision = DecisionNoCompatibleTarget
+		e.message += "; no other target can take the request: " + incompatibleReasons(st.Incompatible)
+		w.Header().Set(headerDecision, DecisionNoCompatibleTarget)
+	}
+	writeError(w, proto, e, delay)
+}
+
+// DecisionNoCompatibleTarget is x-tollgate-decision (and the error's
+// code) of a request whose first choice refused it and whose other
+// targets cannot take it.
+const DecisionNoCompatibleTarget = "no_compatible_target"
+
+// incompatibleReasons names each incompatible target and why.
+func incompatibleReasons(skips []admission.Skip) string {
+	var b strings.Builder
+	for i, sk := range skips {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(sk.Target.String() + ": " + sk.Why)
+	}
+	return b.String()
 }
 
 // forward sends an admitted request to target t and records its usage. It
@@ -196,6 +242,39 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	if res.BatchID != "" && h.cfg.Batches != nil {
 		h.recordBatch(r.Context(), ex, t, res.BatchID, reqID)
 	}
+	used, perr := usageOf(ex, t, res, err, tw.wrote)
+	clientGone := r.Context().Err() != nil
+	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
+		h.complete(r.Context(), d.Lease, used, reqID)
+	}
+	if perr == nil {
+		h.observeCompletion(ex, t, d.Lease, used)
+	}
+	if perr == nil && !ex.stream && res.Status/100 == 2 {
+		took := h.cfg.Now().Sub(start)
+		h.lat.record(admission.CooldownKey(t), start, took)
+		h.lat.record(admission.ProviderKey(t), start, took)
+	}
+	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, start)
+	switch {
+	case perr != nil && clientGone:
+		// The client's own cancellation (or the function's deadline) is no
+		// failure of the upstream's, and nobody is left to fail over for.
+		h.log.Info("client went away before the answer", "request_id", reqID, "provider", t.Provider.Name(),
+			"err", r.Context().Err().Error())
+		return res.Limits, errClientGone
+	case perr != nil:
+		h.log.Warn("upstream failed before answering",
+			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
+	}
+	return res.Limits, perr
+}
+
+// usageOf is what a forwarded request used, and the provider's error
+// when the upstream failed before anything was written (the request can
+// then fail over): an upstream that answered with an error status used
+// nothing; one that timed out may have, so its reservation is kept.
+func usageOf(ex *exchange, t providers.Target, res providers.Result, err error, wrote bool) (limiter.Usage, *providers.Error) {
 	used := limiter.Usage{
 		InputTokens:       res.Usage.InputTokens,
 		OutputTokens:      res.Usage.OutputTokens,
@@ -209,34 +288,25 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		// The prompt went out whole even if the answer broke off.
 		used.InputTokens = ex.chargedInput()
 	}
+	if err == nil || wrote {
+		return used, nil
+	}
 	var perr *providers.Error
-	if err != nil && !tw.wrote {
-		if !errors.As(err, &perr) {
-			perr = &providers.Error{Provider: t.Provider.Name(), Err: err}
-		}
-		// An upstream that answered with an error status used nothing; one
-		// that timed out may have, so its reservation is kept.
-		used = limiter.Usage{Exact: perr.Status != 0}
+	if !errors.As(err, &perr) {
+		perr = &providers.Error{Provider: t.Provider.Name(), Err: err}
 	}
-	clientGone := r.Context().Err() != nil
-	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
-		h.complete(r.Context(), d.Lease, used, reqID)
-	}
-	if perr == nil {
-		h.observeCompletion(ex, t, d.Lease, used)
-	}
-	if perr == nil && !ex.stream && res.Status/100 == 2 {
-		took := h.cfg.Now().Sub(start)
-		h.lat.record(admission.CooldownKey(t), start, took)
-		h.lat.record(admission.ProviderKey(t), start, took)
-	}
-	status := res.Status
+	return limiter.Usage{Exact: perr.Status != 0}, perr
+}
+
+// logFinished writes the line of a finished request. Its attributes are
+// typed: the line is written on every request, and boxing its values
+// would cost an allocation each.
+func (h *Handler) logFinished(ctx context.Context, reqID string, ex *exchange, t providers.Target, status int, perr *providers.Error,
+	used limiter.Usage, clientGone bool, start time.Time) {
 	if perr != nil {
 		status = perr.Status
 	}
-	// Typed attributes: the line is written on every request, and boxing
-	// its values would cost an allocation each.
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "request finished",
+	h.log.LogAttrs(ctx, slog.LevelInfo, "request finished",
 		slog.String("request_id", reqID),
 		slog.String("user_path", ex.caller.UserPath),
 		slog.String("route", ex.op.String()),
@@ -254,18 +324,6 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		slog.Bool("client_gone", clientGone),
 		slog.Int64("duration_ms", h.cfg.Now().Sub(start).Milliseconds()),
 	)
-	switch {
-	case perr != nil && clientGone:
-		// The client's own cancellation (or the function's deadline) is no
-		// failure of the upstream's, and nobody is left to fail over for.
-		h.log.Info("client went away before the answer", "request_id", reqID, "provider", t.Provider.Name(),
-			"err", r.Context().Err().Error())
-		return res.Limits, errClientGone
-	case perr != nil:
-		h.log.Warn("upstream failed before answering",
-			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
-	}
-	return res.Limits, perr
 }
 
 // errClientGone is forward's answer when the client left before the
