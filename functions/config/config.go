@@ -371,115 +371,11 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 		return loc + ": " + dotted(keys...)
 	}
 
-	if rl := f.RateLimits; rl != nil {
-		if rl.Enabled != nil {
-			cfg.RateLimitsEnabled = *rl.Enabled
-		}
-		for i, u := range rl.UserPaths {
-			if u.Path == "" {
-				errs = append(errs, fmt.Errorf("%s: path is missing", at("rate_limits", "user_paths", i)))
-				continue
-			}
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "user_paths", i}, limiter.ScopeUserPath, u.Path, u.PerChild, u.Limits)...)
-			if len(u.Limits) == 0 {
-				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "user_paths", i)))
-			}
-		}
-		for i, p := range rl.Providers {
-			if p.Name == "" {
-				errs = append(errs, fmt.Errorf("%s: name is missing", at("rate_limits", "providers", i)))
-				continue
-			}
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "providers", i}, limiter.ScopeProvider, p.Name, p.PerChild, p.Limits)...)
-		}
-		for i, m := range rl.Models {
-			if m.Model == "" {
-				errs = append(errs, fmt.Errorf("%s: model is missing", at("rate_limits", "models", i)))
-				continue
-			}
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "models", i}, limiter.ScopeModel, m.Model, m.PerChild, m.Limits)...)
-		}
+	if f.RateLimits != nil {
+		errs = append(errs, cfg.loadRateLimits(f.RateLimits, at)...)
 	}
-	if g := f.Gateway; g != nil {
-		if g.DefaultMaxTokens != nil {
-			if *g.DefaultMaxTokens < 1 || *g.DefaultMaxTokens > maxRequestTokens {
-				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "default_max_tokens"), maxRequestTokens))
-			}
-			cfg.Gateway.DefaultMaxTokens = *g.DefaultMaxTokens
-		}
-		if g.MaxOutputTokens != nil {
-			if *g.MaxOutputTokens < 1 || *g.MaxOutputTokens > maxRequestTokens {
-				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "max_output_tokens"), maxRequestTokens))
-			}
-			cfg.Gateway.MaxOutputTokens = *g.MaxOutputTokens
-		}
-		for _, d := range []struct {
-			key string
-			v   string
-			to  *time.Duration
-		}{
-			{"stream_write_timeout", g.StreamWrite, &cfg.Gateway.StreamWriteTimeout},
-			{"completion_timeout", g.Completion, &cfg.Gateway.CompletionTimeout},
-		} {
-			if d.v == "" {
-				continue
-			}
-			v, err := time.ParseDuration(d.v)
-			if err != nil || v < 100*time.Millisecond || v > 15*time.Minute {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 100ms to 15m", at("gateway", d.key), d.v))
-			}
-			*d.to = v
-		}
-		if g.MaxBodyBytes != nil {
-			if *g.MaxBodyBytes < 1024 {
-				errs = append(errs, fmt.Errorf("%s: must be at least 1024", at("gateway", "max_body_bytes")))
-			}
-			cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
-		}
-		if g.MaxWait.Kind != 0 {
-			errs = append(errs, fmt.Errorf("%s: replaced by traffic classes: shaping.classes.<interactive|standard|batch|background>.max_wait (see README, Traffic classes)", at("gateway", "max_wait")))
-		}
-		switch g.Reservation {
-		case "":
-		case "cap", "adaptive":
-			cfg.Gateway.Reservation = g.Reservation
-		default:
-			errs = append(errs, fmt.Errorf("%s: %q is neither cap nor adaptive", at("gateway", "reservation"), g.Reservation))
-		}
-		if v := g.AdaptiveFloor; v != nil {
-			if *v < 1 || *v > maxRequestTokens {
-				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "adaptive_floor"), maxRequestTokens))
-			}
-			cfg.Gateway.AdaptiveFloor = *v
-		}
-		if v := g.AdaptiveSamples; v != nil {
-			if *v < 1 {
-				errs = append(errs, fmt.Errorf("%s: must be at least 1", at("gateway", "adaptive_min_samples")))
-			}
-			cfg.Gateway.AdaptiveMinSamples = *v
-		}
-		if g.RealtimeSession != "" {
-			d, err := time.ParseDuration(g.RealtimeSession)
-			if err != nil || d < time.Minute || d > 24*time.Hour {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 1m to 24h", at("gateway", "realtime_max_session"), g.RealtimeSession))
-			}
-			cfg.Gateway.RealtimeMaxSession = d
-		}
-		if g.RealtimeTokens < 0 || g.RealtimeTokens > maxRequestTokens {
-			errs = append(errs, fmt.Errorf("%s: must be from 0 to %d", at("gateway", "realtime_session_tokens"), maxRequestTokens))
-		}
-		cfg.Gateway.RealtimeSessionTokens = g.RealtimeTokens
-		if g.ClampFloor < 0 {
-			errs = append(errs, fmt.Errorf("%s: must not be negative", at("gateway", "clamp_max_tokens_floor")))
-		}
-		cfg.Gateway.ClampFloor = g.ClampFloor
-		if g.LeaseTTL != "" {
-			d, err := time.ParseDuration(g.LeaseTTL)
-			if err != nil || d < time.Second {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration of at least 1s", at("gateway", "lease_ttl"), g.LeaseTTL))
-			}
-			cfg.Gateway.LeaseTTL = d
-		}
+	if f.Gateway != nil {
+		errs = append(errs, cfg.loadGateway(f.Gateway, at)...)
 	}
 	errs = append(errs, cfg.loadPolicy(&f, at))
 	if f.Alerts != nil {
@@ -489,57 +385,201 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 		errs = append(errs, cfg.loadAudit(f.Audit, at)...)
 	}
 	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at), cfg.loadDowngrades(f.Downgrade, at))
-	if st := f.Store; st != nil {
-		if st.RejectCache != "" {
-			d, err := time.ParseDuration(st.RejectCache)
-			if err != nil || d < 0 || d > time.Second {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration between 0s and 1s", at("store", "reject_cache"), st.RejectCache))
-			}
-			cfg.Store.RejectCache = d
-		}
-		if st.TokenPrevRefresh != "" {
-			d, err := time.ParseDuration(st.TokenPrevRefresh)
-			if err != nil || d <= 0 {
-				errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", at("store", "token_prev_refresh"), st.TokenPrevRefresh))
-			}
-			cfg.Store.TokenPrevRefresh = d
-		}
-		if st.LeaseIndexShards < 0 || st.LeaseIndexShards > 64 {
-			errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
-		}
-		cfg.Store.LeaseIndexShards = st.LeaseIndexShards
+	if f.Store != nil {
+		errs = append(errs, cfg.loadStore(f.Store, at)...)
 	}
-	if sh := f.Shaping; sh != nil {
-		for name, c := range sh.Classes {
-			d, err := time.ParseDuration(c.MaxWait)
-			switch {
-			case !validClassName(name):
-				errs = append(errs, fmt.Errorf("%s: a class name is lower-case letters, digits, '-' and '_'", at("shaping", "classes", name)))
-			case err != nil || d < 0 || d > 15*time.Minute:
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 0s to 15m", at("shaping", "classes", name, "max_wait"), c.MaxWait))
-			default:
-				cfg.Shaping.Classes[name] = d
-			}
-			switch c.Fallback {
-			case "", "any":
-			case "same_family", "none":
-				if cfg.Shaping.Fallbacks == nil {
-					cfg.Shaping.Fallbacks = map[string]string{}
-				}
-				cfg.Shaping.Fallbacks[name] = c.Fallback
-			default:
-				errs = append(errs, fmt.Errorf("%s: %q is not any, same_family or none", at("shaping", "classes", name, "fallback"), c.Fallback))
-			}
-		}
-		if sh.DefaultClass != "" {
-			if _, ok := cfg.Shaping.Classes[sh.DefaultClass]; !ok {
-				errs = append(errs, fmt.Errorf("%s: %q is not a class", at("shaping", "default_class"), sh.DefaultClass))
-			}
-			cfg.Shaping.DefaultClass = sh.DefaultClass
-		}
+	if f.Shaping != nil {
+		errs = append(errs, cfg.loadShaping(f.Shaping, at)...)
 	}
 	errs = append(errs, cfg.checkDowngrades(at))
 	return errors.Join(errs...)
+}
+
+// loadRateLimits reads rate_limits: whether they are enforced, and the
+// rules of user paths, providers and models.
+func (cfg *Config) loadRateLimits(rl *rateLimits, at func(keys ...any) string) []error {
+	var errs []error
+	if rl.Enabled != nil {
+		cfg.RateLimitsEnabled = *rl.Enabled
+	}
+	for i, u := range rl.UserPaths {
+		if u.Path == "" {
+			errs = append(errs, fmt.Errorf("%s: path is missing", at("rate_limits", "user_paths", i)))
+			continue
+		}
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "user_paths", i}, limiter.ScopeUserPath, u.Path, u.PerChild, u.Limits)...)
+		if len(u.Limits) == 0 {
+			errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "user_paths", i)))
+		}
+	}
+	for i, p := range rl.Providers {
+		if p.Name == "" {
+			errs = append(errs, fmt.Errorf("%s: name is missing", at("rate_limits", "providers", i)))
+			continue
+		}
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "providers", i}, limiter.ScopeProvider, p.Name, p.PerChild, p.Limits)...)
+	}
+	for i, m := range rl.Models {
+		if m.Model == "" {
+			errs = append(errs, fmt.Errorf("%s: model is missing", at("rate_limits", "models", i)))
+			continue
+		}
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "models", i}, limiter.ScopeModel, m.Model, m.PerChild, m.Limits)...)
+	}
+	return errs
+}
+
+// loadGateway reads gateway: request sizes, timeouts, reservations,
+// realtime sessions, clamping and leases, each checked against its range.
+func (cfg *Config) loadGateway(g *gatewaySpec, at func(keys ...any) string) []error {
+	var errs []error
+	if g.DefaultMaxTokens != nil {
+		if *g.DefaultMaxTokens < 1 || *g.DefaultMaxTokens > maxRequestTokens {
+			errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "default_max_tokens"), maxRequestTokens))
+		}
+		cfg.Gateway.DefaultMaxTokens = *g.DefaultMaxTokens
+	}
+	if g.MaxOutputTokens != nil {
+		if *g.MaxOutputTokens < 1 || *g.MaxOutputTokens > maxRequestTokens {
+			errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "max_output_tokens"), maxRequestTokens))
+		}
+		cfg.Gateway.MaxOutputTokens = *g.MaxOutputTokens
+	}
+	for _, d := range []struct {
+		key string
+		v   string
+		to  *time.Duration
+	}{
+		{"stream_write_timeout", g.StreamWrite, &cfg.Gateway.StreamWriteTimeout},
+		{"completion_timeout", g.Completion, &cfg.Gateway.CompletionTimeout},
+	} {
+		if d.v == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.v)
+		if err != nil || v < 100*time.Millisecond || v > 15*time.Minute {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration from 100ms to 15m", at("gateway", d.key), d.v))
+		}
+		*d.to = v
+	}
+	if g.MaxBodyBytes != nil {
+		if *g.MaxBodyBytes < 1024 {
+			errs = append(errs, fmt.Errorf("%s: must be at least 1024", at("gateway", "max_body_bytes")))
+		}
+		cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
+	}
+	if g.MaxWait.Kind != 0 {
+		errs = append(errs, fmt.Errorf("%s: replaced by traffic classes: shaping.classes.<interactive|standard|batch|background>.max_wait (see README, Traffic classes)", at("gateway", "max_wait")))
+	}
+	errs = append(errs, cfg.loadReservation(g, at)...)
+	if g.RealtimeSession != "" {
+		d, err := time.ParseDuration(g.RealtimeSession)
+		if err != nil || d < time.Minute || d > 24*time.Hour {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration from 1m to 24h", at("gateway", "realtime_max_session"), g.RealtimeSession))
+		}
+		cfg.Gateway.RealtimeMaxSession = d
+	}
+	if g.RealtimeTokens < 0 || g.RealtimeTokens > maxRequestTokens {
+		errs = append(errs, fmt.Errorf("%s: must be from 0 to %d", at("gateway", "realtime_session_tokens"), maxRequestTokens))
+	}
+	cfg.Gateway.RealtimeSessionTokens = g.RealtimeTokens
+	if g.ClampFloor < 0 {
+		errs = append(errs, fmt.Errorf("%s: must not be negative", at("gateway", "clamp_max_tokens_floor")))
+	}
+	cfg.Gateway.ClampFloor = g.ClampFloor
+	if g.LeaseTTL != "" {
+		d, err := time.ParseDuration(g.LeaseTTL)
+		if err != nil || d < time.Second {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration of at least 1s", at("gateway", "lease_ttl"), g.LeaseTTL))
+		}
+		cfg.Gateway.LeaseTTL = d
+	}
+	return errs
+}
+
+// loadReservation reads how the gateway reserves output tokens: the
+// cap or the adaptive estimate, with its floor and its samples.
+func (cfg *Config) loadReservation(g *gatewaySpec, at func(keys ...any) string) []error {
+	var errs []error
+	switch g.Reservation {
+	case "":
+	case "cap", "adaptive":
+		cfg.Gateway.Reservation = g.Reservation
+	default:
+		errs = append(errs, fmt.Errorf("%s: %q is neither cap nor adaptive", at("gateway", "reservation"), g.Reservation))
+	}
+	if v := g.AdaptiveFloor; v != nil {
+		if *v < 1 || *v > maxRequestTokens {
+			errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "adaptive_floor"), maxRequestTokens))
+		}
+		cfg.Gateway.AdaptiveFloor = *v
+	}
+	if v := g.AdaptiveSamples; v != nil {
+		if *v < 1 {
+			errs = append(errs, fmt.Errorf("%s: must be at least 1", at("gateway", "adaptive_min_samples")))
+		}
+		cfg.Gateway.AdaptiveMinSamples = *v
+	}
+	return errs
+}
+
+// loadStore reads store: the reject cache, the token refresh and the
+// lease index's shards.
+func (cfg *Config) loadStore(st *storeSpec, at func(keys ...any) string) []error {
+	var errs []error
+	if st.RejectCache != "" {
+		d, err := time.ParseDuration(st.RejectCache)
+		if err != nil || d < 0 || d > time.Second {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration between 0s and 1s", at("store", "reject_cache"), st.RejectCache))
+		}
+		cfg.Store.RejectCache = d
+	}
+	if st.TokenPrevRefresh != "" {
+		d, err := time.ParseDuration(st.TokenPrevRefresh)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", at("store", "token_prev_refresh"), st.TokenPrevRefresh))
+		}
+		cfg.Store.TokenPrevRefresh = d
+	}
+	if st.LeaseIndexShards < 0 || st.LeaseIndexShards > 64 {
+		errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
+	}
+	cfg.Store.LeaseIndexShards = st.LeaseIndexShards
+	return errs
+}
+
+// loadShaping reads shaping: the traffic classes (their longest wait
+// and fallback) and the default class.
+func (cfg *Config) loadShaping(sh *shapingSpec, at func(keys ...any) string) []error {
+	var errs []error
+	for name, c := range sh.Classes {
+		d, err := time.ParseDuration(c.MaxWait)
+		switch {
+		case !validClassName(name):
+			errs = append(errs, fmt.Errorf("%s: a class name is lower-case letters, digits, '-' and '_'", at("shaping", "classes", name)))
+		case err != nil || d < 0 || d > 15*time.Minute:
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration from 0s to 15m", at("shaping", "classes", name, "max_wait"), c.MaxWait))
+		default:
+			cfg.Shaping.Classes[name] = d
+		}
+		switch c.Fallback {
+		case "", "any":
+		case "same_family", "none":
+			if cfg.Shaping.Fallbacks == nil {
+				cfg.Shaping.Fallbacks = map[string]string{}
+			}
+			cfg.Shaping.Fallbacks[name] = c.Fallback
+		default:
+			errs = append(errs, fmt.Errorf("%s: %q is not any, same_family or none", at("shaping", "classes", name, "fallback"), c.Fallback))
+		}
+	}
+	if sh.DefaultClass != "" {
+		if _, ok := cfg.Shaping.Classes[sh.DefaultClass]; !ok {
+			errs = append(errs, fmt.Errorf("%s: %q is not a class", at("shaping", "default_class"), sh.DefaultClass))
+		}
+		cfg.Shaping.DefaultClass = sh.DefaultClass
+	}
+	return errs
 }
 
 // rule turns a limit spec into a config rule and checks it: a bucket when
