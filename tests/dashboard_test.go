@@ -29,6 +29,8 @@ import (
 // dashboardConfig is the configuration the dashboard tests run: a rule of
 // each shape, so the page draws each kind of bar.
 const dashboardConfig = `
+providers:
+  - {name: mock, type: mock, models: [gpt-4o, gpt-4o-mini]}
 rate_limits:
   user_paths:
     - path: /
@@ -45,7 +47,7 @@ rate_limits:
 // The calls the page makes on each refresh (app.js: refresh): the live
 // overview always, the charts' stats every third time, and the data of
 // the tab in sight: the keys, the alerts or the audit trail.
-var dashboardCalls = []string{"/admin/overview", "/admin/stats", "/admin/keys", "/admin/alerts", "/admin/audit?since=168h&limit=50"}
+var dashboardCalls = []string{"/admin/overview", "/admin/stats", "/admin/keys", "/admin/providers", "/admin/alerts", "/admin/audit?since=168h&limit=50"}
 
 // dashboardTabCalls are the calls of the tabs that read their own data.
 var dashboardTabCalls = dashboardCalls[2:]
@@ -488,6 +490,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.until(t, "the provider's rules", fmt.Sprintf(`!!document.querySelector(%q) && !!document.querySelector(%q) && !!document.querySelector(%q) && !!document.querySelector(%q)`,
 		rowSel("applies-always", "provider:mock:minute"), rowSel("applies-always", "user_path:/:minute"), rowSel("applies-caller", rule),
 		rowSel("applies-caller", "model:gpt-4o:minute")))
+	b.until(t, "what the provider's models can do", `(document.querySelector('#applies-capabilities tr[data-model="mock/gpt-4o"]')?.textContent || '').includes('128,000')`)
 	b.shot(t, "by-provider")
 	b.step(t, "by model", chromedp.SendKeys(chromedp.CSS(`#applies-model`), "gpt-4o"))
 	b.until(t, "the model's rules", fmt.Sprintf(`!!document.querySelector(%q) && !!document.querySelector(%q) && !document.querySelector(%q)`,

@@ -58,9 +58,13 @@ type explained struct {
 		WaitedMS     int64  `json:"waited_ms"`
 	} `json:"decision"`
 	Targets []struct {
-		Target  string `json:"target"`
-		Skipped string `json:"skipped"`
-		Why     string `json:"why"`
+		Target       string `json:"target"`
+		Skipped      string `json:"skipped"`
+		Why          string `json:"why"`
+		Capabilities struct {
+			ContextWindow int64  `json:"context_window"`
+			Tools         string `json:"tools"`
+		} `json:"capabilities"`
 	} `json:"targets"`
 }
 

@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -69,6 +71,9 @@ func TestFallbackOnlyToCompatibleTargets(t *testing.T) {
 		t.Helper()
 		for _, tg := range ex.Targets {
 			if tg.Target == target && tg.Skipped == "incompatible" && strings.Contains(tg.Why, want) {
+				if target == "openai/small" && (tg.Capabilities.ContextWindow != 8192 || tg.Capabilities.Tools != "no") {
+					t.Fatalf("explain shows small's capabilities as %+v, want its declared 8192 tokens and no tools", tg.Capabilities)
+				}
 				return
 			}
 		}
@@ -234,6 +239,19 @@ func TestProviderHeadersTuneTheGovernor(t *testing.T) {
 			t.Fatalf("explain: %s", b)
 		}
 		r := ex.Rules[0]
+		// The dashboard's provider view reads the same report.
+		_, b = in.call(t, "GET", "/admin/providers", master, "")
+		var pv struct {
+			Providers []struct {
+				Name    string `json:"name"`
+				Reports map[string]struct {
+					LimitRequests int64 `json:"limit_requests"`
+				} `json:"upstream_reports"`
+			} `json:"providers"`
+		}
+		if err := json.Unmarshal(b, &pv); err != nil || len(pv.Providers) != 1 || pv.Providers[0].Reports["*"].LimitRequests != 50 {
+			t.Fatalf("adapt %v: GET /admin/providers: %s; want openai's report of 50 requests a minute", adapt, b)
+		}
 		wantLimit, wantConfigured := map[bool]string{true: "50", false: "100"}[adapt], map[bool]string{true: "100", false: ""}[adapt]
 		if r.Upstream == nil || r.Upstream.LimitRequests != 50 || r.Upstream.LimitTokens != 30_000 || r.Limit != wantLimit || r.ConfiguredLimit != wantConfigured {
 			t.Fatalf("adapt %v: explain shows %s; want the limit %s in force (configured %q) beside the upstream's 50", adapt, b, wantLimit, wantConfigured)
@@ -253,6 +271,7 @@ func TestInsteadOfRefusingExamplesAreTested(t *testing.T) {
 		"compatConfig":    compatConfig,
 		"downgradeConfig": downgradeConfig,
 		"headersConfig":   strings.NewReplacer("UPSTREAM", "http://127.0.0.1:9999", "ADAPT", "true").Replace(headersConfig),
+		"streamsConfig":   strings.ReplaceAll(streamsConfig, "UPSTREAM", "http://127.0.0.1:9999"),
 	}
 	blocks := strings.Split(string(page), "```yaml\n")[1:]
 	if len(blocks) != len(tested) {
@@ -270,5 +289,143 @@ func TestInsteadOfRefusingExamplesAreTested(t *testing.T) {
 		if !found {
 			t.Errorf("YAML example %d of the page is no test's configuration:\n%s", i+1, b)
 		}
+	}
+}
+
+// streamsConfig bounds the streams of class interactive to a second, caps
+// those of class batch at their reservation, and lets one request of the
+// team run at a time.
+const streamsConfig = `
+providers:
+  - {name: openai, type: compatible, base_url: UPSTREAM/v1}
+gateway:
+  default_max_tokens: 50
+shaping:
+  classes:
+    interactive: {max_stream_duration: 1s}
+    batch: {cut_at_reservation: true}
+rate_limits:
+  user_paths:
+    - path: /team
+      limits: [{period: concurrent, max_requests: 1}]
+`
+
+// A stream past its class's max_stream_duration ends with the protocol's
+// own error event after what was sent, and its slot is back at once: the
+// next request of a team allowed one at a time is admitted. A batch
+// stream with cut_at_reservation is sent upstream capped at its
+// reservation, and the answer says so.
+func TestStreamsEndAtTheirDuration(t *testing.T) {
+	chunk := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		n := 50 // 10 s at most: the gateway ends it after 1
+		if body, _ := io.ReadAll(r.Body); bytes.Contains(body, []byte(`"max_tokens"`)) {
+			n = 2 // capped: it ends at its cap
+		}
+		for range n {
+			if _, err := w.Write(chunk); err != nil || r.Context().Err() != nil {
+				return
+			}
+			http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	})
+	in := newInstance(t, dynamotest.Prefix(t), time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+		config.Env{"OPENAI_API_KEY": "k", "TOLLGATE_CONFIG": writeConfig(t, strings.ReplaceAll(streamsConfig, "UPSTREAM", up.URL))})
+	const body = `{"model":"openai/gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	started := time.Now()
+	res := in.do(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/a", "X-Tollgate-Class", "interactive")
+	got, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	took := time.Since(started)
+	events := splitEvents(got)
+	if res.StatusCode != 200 || len(events) < 3 {
+		t.Fatalf("the stream: %d, %d events: %s", res.StatusCode, len(events), got)
+	}
+	last, end := events[len(events)-2], events[len(events)-1]
+	var e struct {
+		Error struct{ Code, Type, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(bytes.TrimPrefix(last, []byte("data: "))), &e); err != nil ||
+		e.Error.Code != "stream_duration_exceeded" || string(bytes.TrimSpace(end)) != "data: [DONE]" {
+		t.Fatalf("the stream does not end with an error chunk and [DONE]: %q then %q", last, end)
+	}
+	if took < time.Second || took > 5*time.Second {
+		t.Fatalf("the stream ended after %v, want about its 1s", took)
+	}
+	if !strings.Contains(in.logs.String(), `"msg":"stream ended at its max_stream_duration"`) {
+		t.Fatal("the cut is not logged")
+	}
+	// Its slot is back: a request of the same team, one at a time, goes.
+	if s, b := in.call(t, "POST", "/v1/chat/completions", master, body,
+		"X-Tollgate-User-Path", "/team/b", "X-Tollgate-Class", "batch"); s != 200 {
+		t.Fatalf("the next request of the team: %d %s; the cut stream's slot is not back", s, b)
+	}
+	var sent struct {
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	if err := json.Unmarshal(up.last(t).Body, &sent); err != nil || sent.MaxTokens != 50 {
+		t.Fatalf("a batch stream with cut_at_reservation went upstream with max_tokens %d, want its reservation 50", sent.MaxTokens)
+	}
+}
+
+// A downgrade set through the admin API is one the configuration could
+// have had: set on one instance, the other follows within the
+// rule-propagation bound; listed beside the configuration's; removed, the
+// batch request gets its 429 again.
+func TestDowngradeThroughTheAdminAPI(t *testing.T) {
+	prefix := dynamotest.Prefix(t)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	cfg := writeConfig(t, downgradeConfig[:strings.Index(downgradeConfig, "downgrade:")])
+	a := newInstance(t, prefix, t0, config.Env{"TOLLGATE_CONFIG": cfg})
+	b := newInstance(t, prefix, t0, config.Env{"TOLLGATE_CONFIG": cfg})
+	const body = `{"model":"openai/gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`
+	for i := range 3 { // $0.009 of the team's $0.01 reserved
+		if s, out := a.call(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/a"); s != 200 {
+			t.Fatalf("request %d: %d %s", i, s, out)
+		}
+	}
+	batch := func(in *instance) (int, string) {
+		res := in.do(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/a", "X-Tollgate-Class", "batch")
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode, res.Header.Get("X-Tollgate-Downgraded-From")
+	}
+	if s, from := batch(b); s != 429 || from != "" {
+		t.Fatalf("before any downgrade: %d, downgraded from %q; want the 429", s, from)
+	}
+	for _, c := range []struct{ body, field string }{
+		{`{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini","when":{"refused":true},"classes":["nightly"]}`, "classes"},
+		{`{"from":"openai/gpt-4o","to":"nowhere/model","when":{"refused":true},"classes":["batch"]}`, "to"},
+		{`{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini","classes":["batch"]}`, "when"},
+	} {
+		if s, out := a.call(t, "POST", "/admin/downgrades", master, c.body); s != 400 || !strings.Contains(string(out), `"`+c.field+`"`) {
+			t.Fatalf("POST %s: %d %s; want 400 naming %s", c.body, s, out, c.field)
+		}
+	}
+	const set = `{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini","when":{"refused":true},"classes":["batch","background"]}`
+	if s, out := a.call(t, "POST", "/admin/downgrades", master, set); s != 201 {
+		t.Fatalf("POST /admin/downgrades: %d %s", s, out)
+	}
+	b.clock.Add(6 * time.Second) // past the watcher's interval
+	if s, from := batch(b); s != 200 || from != "openai/gpt-4o" {
+		t.Fatalf("with the downgrade, on the other instance: %d, downgraded from %q", s, from)
+	}
+	if s, out := a.call(t, "GET", "/admin/downgrades", master, ""); s != 200 || !strings.Contains(string(out), `"source":"manual"`) || !strings.Contains(string(out), `"to":"openai/gpt-4o-mini"`) {
+		t.Fatalf("GET /admin/downgrades: %d %s", s, out)
+	}
+	if s, out := a.call(t, "DELETE", "/admin/downgrades", master, `{"from":"openai/gpt-4o","to":"openai/gpt-4o-mini"}`); s != 200 {
+		t.Fatalf("DELETE /admin/downgrades: %d %s", s, out)
+	}
+	b.clock.Add(6 * time.Second)
+	if s, from := batch(b); s != 429 || from != "" {
+		t.Fatalf("after the delete: %d, downgraded from %q; want the 429", s, from)
 	}
 }

@@ -290,6 +290,12 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 		}
 		pc.Fallbacks[class], _ = admission.ParseFallback(f) // checked by config
 	}
+	for class, sp := range a.Config.Shaping.Streams {
+		if pc.Streams == nil {
+			pc.Streams = map[string]admission.StreamLimit{}
+		}
+		pc.Streams[class] = admission.StreamLimit{MaxDuration: sp.MaxDuration, CutAtReservation: sp.CutAtReservation}
+	}
 	for _, d := range a.Config.Downgrades {
 		pc.Downgrades = append(pc.Downgrades, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused,
 			BudgetBelow: d.BudgetBelow, Classes: d.Classes})
@@ -306,6 +312,7 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh
 		pc.Pauses = a.Watcher.Pauses
+		pc.ManagedDowngrades = managedDowngrades(a.Watcher)
 	}
 	if es, ok := a.ConfigStore.(estimateStore); ok {
 		pc.Estimates = a.estimates(es)
@@ -372,9 +379,14 @@ func (a *App) BuildAdmin() error {
 	if ss, ok := a.Store.(metrics.StatsStore); ok {
 		stats = ss
 	}
-	var providers []adminapi.Provider
+	var listed []adminapi.Provider
 	for _, p := range a.Config.Providers {
-		providers = append(providers, adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models})
+		ap := adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models}
+		for _, m := range p.Models {
+			caps, _ := providers.BuiltinCapabilities(m)
+			ap.Capabilities = append(ap.Capabilities, adminapi.CapabilitiesOf(m, caps.Over(p.Capabilities[m])))
+		}
+		listed = append(listed, ap)
 	}
 	var alerts adminapi.AlertLister
 	if al, ok := a.ConfigStore.(adminapi.AlertLister); ok {
@@ -390,22 +402,23 @@ func (a *App) BuildAdmin() error {
 				a.keyCache.Forget(hash)
 			}
 		},
-		Providers:     providers,
-		Explainer:     &explainer{a: a},
-		Upstream:      upstreamReader(a.Store),
-		Stats:         stats,
-		Estimates:     est,
-		Store:         a.ConfigStore,
-		ConfigRules:   config,
-		Limiter:       a.Limiter,
-		Watcher:       a.Watcher,
-		MasterKey:     s.MasterKey,
-		Prices:        a.Config.PriceTable(),
-		Classes:       slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
-		AdaptiveFloor: a.Config.Gateway.AdaptiveFloor,
-		DevMode:       s.MasterKey == "",
-		Logger:        a.Log,
-		Now:           a.Clock,
+		Providers:        listed,
+		Explainer:        &explainer{a: a},
+		Upstream:         upstreamReader(a.Store),
+		ConfigDowngrades: configDowngrades(a.Config.Downgrades),
+		Stats:            stats,
+		Estimates:        est,
+		Store:            a.ConfigStore,
+		ConfigRules:      config,
+		Limiter:          a.Limiter,
+		Watcher:          a.Watcher,
+		MasterKey:        s.MasterKey,
+		Prices:           a.Config.PriceTable(),
+		Classes:          slices.Sorted(maps.Keys(a.Config.Shaping.Classes)),
+		AdaptiveFloor:    a.Config.Gateway.AdaptiveFloor,
+		DevMode:          s.MasterKey == "",
+		Logger:           a.Log,
+		Now:              a.Clock,
 	})
 	return err
 }

@@ -86,6 +86,10 @@ type Shaping struct {
 	// request's first choice (shaping.classes.<name>.fallback): any (the
 	// default, not listed), same_family or none.
 	Fallbacks map[string]string
+	// Streams maps a class to how long its streams may run and whether
+	// they end at their reservation (shaping.classes.<name>.max_stream_duration,
+	// cut_at_reservation); classes with neither are not listed.
+	Streams map[string]StreamSpec
 }
 
 // Gateway holds the gateway options of the file's gateway section.
@@ -215,14 +219,6 @@ type file struct {
 	Alerts         *alertsSpec          `yaml:"alerts"`
 	Audit          *auditSpec           `yaml:"audit"`
 	Downgrade      []downgradeYAML      `yaml:"downgrade"`
-}
-
-type shapingSpec struct {
-	Classes map[string]struct {
-		MaxWait  string `yaml:"max_wait"`
-		Fallback string `yaml:"fallback"`
-	} `yaml:"classes"`
-	DefaultClass string `yaml:"default_class"`
 }
 
 type storeSpec struct {
@@ -388,8 +384,8 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	if f.Store != nil {
 		errs = append(errs, cfg.loadStore(f.Store, at)...)
 	}
-	if f.Shaping != nil {
-		errs = append(errs, cfg.loadShaping(f.Shaping, at)...)
+	if sh := f.Shaping; sh != nil {
+		errs = append(errs, cfg.loadShaping(sh, at))
 	}
 	errs = append(errs, cfg.checkDowngrades(at))
 	return errors.Join(errs...)
@@ -545,40 +541,6 @@ func (cfg *Config) loadStore(st *storeSpec, at func(keys ...any) string) []error
 		errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
 	}
 	cfg.Store.LeaseIndexShards = st.LeaseIndexShards
-	return errs
-}
-
-// loadShaping reads shaping: the traffic classes (their longest wait
-// and fallback) and the default class.
-func (cfg *Config) loadShaping(sh *shapingSpec, at func(keys ...any) string) []error {
-	var errs []error
-	for name, c := range sh.Classes {
-		d, err := time.ParseDuration(c.MaxWait)
-		switch {
-		case !validClassName(name):
-			errs = append(errs, fmt.Errorf("%s: a class name is lower-case letters, digits, '-' and '_'", at("shaping", "classes", name)))
-		case err != nil || d < 0 || d > 15*time.Minute:
-			errs = append(errs, fmt.Errorf("%s: %q is not a duration from 0s to 15m", at("shaping", "classes", name, "max_wait"), c.MaxWait))
-		default:
-			cfg.Shaping.Classes[name] = d
-		}
-		switch c.Fallback {
-		case "", "any":
-		case "same_family", "none":
-			if cfg.Shaping.Fallbacks == nil {
-				cfg.Shaping.Fallbacks = map[string]string{}
-			}
-			cfg.Shaping.Fallbacks[name] = c.Fallback
-		default:
-			errs = append(errs, fmt.Errorf("%s: %q is not any, same_family or none", at("shaping", "classes", name, "fallback"), c.Fallback))
-		}
-	}
-	if sh.DefaultClass != "" {
-		if _, ok := cfg.Shaping.Classes[sh.DefaultClass]; !ok {
-			errs = append(errs, fmt.Errorf("%s: %q is not a class", at("shaping", "default_class"), sh.DefaultClass))
-		}
-		cfg.Shaping.DefaultClass = sh.DefaultClass
-	}
 	return errs
 }
 

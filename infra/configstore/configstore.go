@@ -37,6 +37,9 @@ type Snapshot struct {
 	// Pauses are the pauses set through the admin API, lifted or not
 	// (one whose Until has passed no longer holds).
 	Pauses []limiter.Pause
+	// Downgrades are the downgrades set through the admin API, oldest
+	// first.
+	Downgrades []Downgrade
 	// Ramps are where the ramps of ramped rules stand, by rule key.
 	Ramps map[limiter.RuleKey]limiter.RampState
 	// Version changes with every write.

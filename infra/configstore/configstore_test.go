@@ -36,6 +36,8 @@ type store interface {
 	Alerts(ctx context.Context) ([]configstore.Alert, error)
 	PutAudit(ctx context.Context, e configstore.AuditEntry, retention time.Duration) error
 	Audit(ctx context.Context, q configstore.AuditQuery) (configstore.AuditPage, error)
+	PutDowngrade(ctx context.Context, d configstore.Downgrade) error
+	DeleteDowngrade(ctx context.Context, key string) error
 }
 
 // The same behaviour from both stores.
@@ -245,6 +247,40 @@ func suite(t *testing.T, open func(t *testing.T) store) {
 		}
 		if _, err := s.KeyByID(ctx, "key_ffffffffffffffff"); !errors.Is(err, configstore.ErrNotFound) {
 			t.Fatalf("KeyByID unknown: %v", err)
+		}
+	})
+	t.Run("Downgrades", func(t *testing.T) {
+		s := open(t)
+		t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+		a := configstore.Downgrade{From: "openai/gpt-4o", To: "openai/gpt-4o-mini", Refused: true, Classes: []string{"batch"}, CreatedAt: t0}
+		b := configstore.Downgrade{From: "anthropic/claude-sonnet-4", To: "anthropic/claude-haiku-4", BudgetBelow: 0.1, Classes: []string{"background"}, CreatedAt: t0.Add(time.Minute)}
+		before, _ := s.Snapshot(ctx)
+		for _, d := range []configstore.Downgrade{b, a} {
+			if err := s.PutDowngrade(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snap, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Version == before.Version || len(snap.Downgrades) != 2 || snap.Downgrades[0].Key() != a.Key() || snap.Downgrades[1].BudgetBelow != 0.1 ||
+			!snap.Downgrades[0].CreatedAt.Equal(t0) || snap.Downgrades[0].Classes[0] != "batch" {
+			t.Fatalf("downgrades read back as %+v (version %d after %d), want a then b", snap.Downgrades, snap.Version, before.Version)
+		}
+		a.Classes = []string{"batch", "background"} // a replacement keeps one item
+		if err := s.PutDowngrade(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteDowngrade(ctx, b.Key()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteDowngrade(ctx, b.Key()); !errors.Is(err, configstore.ErrNotFound) {
+			t.Fatalf("deleting it again: %v, want ErrNotFound", err)
+		}
+		snap, _ = s.Snapshot(ctx)
+		if len(snap.Downgrades) != 1 || len(snap.Downgrades[0].Classes) != 2 {
+			t.Fatalf("after a replacement and a delete: %+v", snap.Downgrades)
 		}
 	})
 	t.Run("AlertsFireOncePerPeriod", func(t *testing.T) { alertSuite(t, open(t)) })

@@ -13,20 +13,21 @@ import (
 
 // Memory is the in-process store of a local process.
 type Memory struct {
-	mu        sync.Mutex
-	rules     map[limiter.RuleKey]Rule
-	gens      map[limiter.RuleKey]string
-	layouts   map[limiter.RuleKey]Layout
-	keys      map[string]Key // by hash
-	batches   map[string]Batch
-	sessions  map[string]Session
-	pauses    map[string]limiter.Pause
-	ramps     map[limiter.RuleKey]limiter.RampState
-	estimates map[string]*learn.Histogram
-	alerts    map[string]Alert
-	audit     []AuditEntry // by ID, oldest first
-	version   int64
-	now       func() time.Time
+	mu         sync.Mutex
+	rules      map[limiter.RuleKey]Rule
+	gens       map[limiter.RuleKey]string
+	layouts    map[limiter.RuleKey]Layout
+	keys       map[string]Key // by hash
+	batches    map[string]Batch
+	sessions   map[string]Session
+	pauses     map[string]limiter.Pause
+	downgrades map[string]Downgrade
+	ramps      map[limiter.RuleKey]limiter.RampState
+	estimates  map[string]*learn.Histogram
+	alerts     map[string]Alert
+	audit      []AuditEntry // by ID, oldest first
+	version    int64
+	now        func() time.Time
 }
 
 // NewMemory returns an empty Memory store.
@@ -59,6 +60,11 @@ func (m *Memory) Snapshot(context.Context) (Snapshot, error) {
 		s.Ramps[k] = r
 	}
 	sortPauses(s.Pauses)
+	for _, d := range m.downgrades {
+		d.Classes = slices.Clone(d.Classes)
+		s.Downgrades = append(s.Downgrades, d)
+	}
+	sortDowngrades(s.Downgrades)
 	return s, nil
 }
 

@@ -63,6 +63,9 @@ type Config struct {
 	Prices *pricing.Table
 	// Classes are the traffic classes a key may be given (nil: any).
 	Classes []string
+	// ConfigDowngrades are the configuration's downgrades: listed, never
+	// changed through the API.
+	ConfigDowngrades []configstore.Downgrade
 	// Upstream, when set, shows in explain what upstreams report of their
 	// limits beside the rules that limit them.
 	Upstream UpstreamReader
@@ -139,6 +142,10 @@ func New(cfg Config) (*Handler, error) {
 	h.handle("GET /admin/alerts", true, h.listAlerts)
 	h.handle("GET /admin/audit", true, h.listAudit)
 	h.handle("GET /admin/report", true, h.report)
+	h.handle("GET /admin/providers", true, h.listProviders)
+	h.handle("GET /admin/downgrades", true, h.listDowngrades)
+	h.handle("POST /admin/downgrades", true, h.putDowngrade)
+	h.handle("DELETE /admin/downgrades", true, h.deleteDowngrade)
 	h.mux.HandleFunc("/admin/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "unknown admin route "+r.Method+" "+r.URL.Path, nil)
 	})

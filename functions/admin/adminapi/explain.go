@@ -79,6 +79,8 @@ type explainedTarget struct {
 	Skipped      string `json:"skipped,omitempty"`
 	Why          string `json:"why,omitempty"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
+	// Capabilities are what the compatibility check knows of the model.
+	Capabilities *ModelCapabilities `json:"capabilities,omitempty"`
 }
 
 type explainedRule struct {
@@ -233,6 +235,10 @@ func (h *Handler) explained(ctx context.Context, req admission.Request, ex admis
 	for i := range ex.Trace.Looks {
 		l := &ex.Trace.Looks[i]
 		et := explainedTarget{Target: targetName(l.Target), Pass: l.Pass, Admitted: l.Skip == nil}
+		if l.Target.Model != "" {
+			caps := CapabilitiesOf("", l.Capabilities)
+			et.Capabilities = &caps
+		}
 		if sk := l.Skip; sk != nil {
 			et.Skipped, et.Why = sk.Reason.String(), skipWhy(sk)
 			if sk.Retryable {

@@ -18,6 +18,8 @@ type Provider struct {
 	Type string `json:"type"`
 	// Models it serves; empty: any model id.
 	Models []string `json:"models"`
+	// Capabilities are what each of Models can do.
+	Capabilities []ModelCapabilities `json:"capabilities,omitempty"`
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {

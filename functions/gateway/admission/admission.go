@@ -61,8 +61,14 @@ type Config struct {
 	// Fallbacks are the classes' policies for targets other than a
 	// request's first choice (a class not in it: FallbackAny).
 	Fallbacks map[string]Fallback
-	// Downgrades are the downgrade rules, in order.
-	Downgrades []Downgrade
+	// Downgrades are the downgrade rules of the configuration, in order;
+	// ManagedDowngrades, when set, returns those of the admin API, tried
+	// after them.
+	Downgrades        []Downgrade
+	ManagedDowngrades func() []Downgrade
+	// Streams bound the streams of each class (a class not in it: no
+	// bound); see streams.go.
+	Streams map[string]StreamLimit
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the rule leaves,
 	// if that is at least ClampFloor. Off by default.

@@ -34,8 +34,12 @@ type Downgrade struct {
 // downgradeAt returns the downgrade of target t that the request's class
 // opts into, with its target, if any.
 func (a *Admission) downgradeAt(t providers.Target) (*Downgrade, providers.Target, bool) {
-	for i := range a.o.cfg.Downgrades {
-		d := &a.o.cfg.Downgrades[i]
+	all := a.o.cfg.Downgrades
+	if a.o.cfg.ManagedDowngrades != nil {
+		all = append(slices.Clip(all), a.o.cfg.ManagedDowngrades()...)
+	}
+	for i := range all {
+		d := &all[i]
 		if !strings.EqualFold(d.From, t.String()) || !slices.Contains(d.Classes, a.req.Caller.Class) {
 			continue
 		}

@@ -53,7 +53,10 @@ type Step struct {
 	// DowngradedFrom, on a Forward, names the target ("provider/model")
 	// the request was downgraded from.
 	DowngradedFrom string
-	Failure        *providers.Error
+	// Stream, on a Forward of a streaming request, is how long the
+	// stream may run (see streams.go).
+	Stream  StreamLimit
+	Failure *providers.Error
 	// Err is the store's error of an Unavailable step.
 	Err error
 }
@@ -248,12 +251,12 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	if until, ok := a.cooling[CooldownKey(t)]; ok && until.After(now) {
 		a.logf("skipped: provider cooling down after a 429", "provider", t.Provider.Name(), "target_model", t.Model,
 			"until", until, "next_target", true)
-		a.trace.look(a.pass, t, limiter.Request{})
+		a.look(t, limiter.Request{})
 		a.consider(&Skip{Target: t, Reason: SkipCoolingDown, Wait: until.Sub(now), Retryable: true, Until: until})
 		return Step{}, false
 	}
 	lr := a.limiterRequest(ctx, t, i)
-	a.trace.look(a.pass, t, lr)
+	a.look(t, lr)
 	if t != a.first || a.req.residency() != "" {
 		if why := a.incompatibility(t, a.first, lr.OutputTokens); why != "" {
 			a.skipIncompatible(t, why)
@@ -304,7 +307,7 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 		return Step{}, false
 	}
 	a.admitted(t, d)
-	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t]}
+	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t], Stream: a.streamLimit(lr)}
 	switch {
 	case st.DowngradedFrom != "":
 		a.downgraded(t, st.DowngradedFrom)

@@ -20,6 +20,8 @@ type Request struct {
 	// request goes to, with no model (a batch submission).
 	Provider string
 	Op       providers.Op
+	// Stream is set when the request asks for its answer as a stream.
+	Stream bool
 	// Caller is who asks.
 	Caller Caller
 	// InputTokens is the gateway's estimate of the prompt; MaxTokens the

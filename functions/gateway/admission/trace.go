@@ -35,11 +35,15 @@ type Look struct {
 	Request limiter.Request
 	Rules   []limiter.ExplainedRule
 	Skip    *Skip
+	// Capabilities are what is known of the target's model, as the
+	// compatibility check reads them.
+	Capabilities providers.Capabilities
 }
 
-func (t *Trace) look(pass int, target providers.Target, lr limiter.Request) {
-	if t != nil {
-		t.Looks = append(t.Looks, Look{Pass: pass, Target: target, Request: lr})
+// look records a look at target t of the admission's pass.
+func (a *Admission) look(t providers.Target, lr limiter.Request) {
+	if a.trace != nil {
+		a.trace.Looks = append(a.trace.Looks, Look{Pass: a.pass, Target: t, Request: lr, Capabilities: a.o.cfg.Catalog.Capabilities(t)})
 	}
 }
 

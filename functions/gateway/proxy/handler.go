@@ -68,8 +68,11 @@ type Config struct {
 	// Fallbacks are the classes' policies for targets other than a
 	// request's first choice (any, the default; same_family; none), and
 	// Downgrades the downgrade rules: see package admission.
-	Fallbacks  map[string]admission.Fallback
-	Downgrades []admission.Downgrade
+	Fallbacks         map[string]admission.Fallback
+	Downgrades        []admission.Downgrade
+	ManagedDowngrades func() []admission.Downgrade
+	// Streams bound each class's streams: see package admission.
+	Streams map[string]admission.StreamLimit
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -259,7 +262,7 @@ func AdmissionConfig(cfg Config) admission.Config {
 		Limiter: cfg.Limiter, Catalog: cfg.Catalog, Prices: cfg.Prices,
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
 		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
-		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
+		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ManagedDowngrades: cfg.ManagedDowngrades, Streams: cfg.Streams, ClampFloor: cfg.ClampFloor,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
 		RealtimeMaxSession: cfg.RealtimeMaxSession, RealtimeSessionTokens: cfg.RealtimeSessionTokens,

@@ -87,8 +87,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			} else {
 				w.Header().Del(HeaderDowngradedFrom)
 			}
-			limits, perr := h.forward(w, r, ex, st.Target, st.Decision, reqID)
-			if perr == errClientGone {
+			limits, perr := h.forward(w, r, ex, st, reqID)
+			if perr == errClientGone || perr == errAnswered {
 				return
 			}
 			adm.Answered(ctx, st.Target, limits, perr)
@@ -117,7 +117,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 // output cap where the upstream reads it, and announces it.
 func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID string) admission.Request {
 	return admission.Request{
-		ID: reqID, Model: ex.model, Route: ex.route, Op: ex.op,
+		ID: reqID, Model: ex.model, Route: ex.route, Op: ex.op, Stream: ex.stream,
 		Caller:      admission.Caller{UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, Class: ex.caller.Class},
 		InputTokens: ex.inputTokens, MaxTokens: ex.maxTokens, Choices: ex.choices,
 		UserPathOnly: ex.userPathOnly, NoOutput: ex.noOutput, Free: ex.free, Session: ex.session,
@@ -204,7 +204,8 @@ func incompatibleReasons(skips []admission.Skip) string {
 // forward sends an admitted request to target t and records its usage. It
 // returns the provider's error when the upstream failed before anything
 // was written, so the caller can fail over.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, t providers.Target, d limiter.Decision, reqID string) (providers.UpstreamLimits, *providers.Error) {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, st admission.Step, reqID string) (providers.UpstreamLimits, *providers.Error) {
+	t, d := st.Target, st.Decision
 	start := h.cfg.Now()
 	hdr := w.Header()
 	setRateHeaders(hdr, d)
@@ -221,7 +222,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	} else {
 		stopRenewing = h.renewWhileRunning(r.Context(), d.Lease, reqID)
 	}
-	res, err := t.Provider.Serve(r.Context(), out, &providers.Request{
+	ctx, stopStream := streamContext(r.Context(), ex, st.Stream)
+	res, err := t.Provider.Serve(ctx, out, &providers.Request{
 		Op:          ex.op,
 		Model:       t.Model,
 		Stream:      ex.stream,
@@ -235,6 +237,11 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		Class:       ex.caller.Class,
 	})
 	stopRenewing()
+	cut := streamCut(ctx, r.Context())
+	if cut {
+		h.endStream(out, ex, st.Stream, reqID, tw.wrote)
+	}
+	stopStream()
 	sessionID := ""
 	if held != nil {
 		sessionID = held.finish(res.SessionID)
@@ -243,6 +250,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		h.recordBatch(r.Context(), ex, t, res.BatchID, reqID)
 	}
 	used, perr := usageOf(ex, t, res, err, tw.wrote)
+	if cut {
+		perr = nil // the gateway ended it: nothing to fail over
+	}
 	clientGone := r.Context().Err() != nil
 	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
 		h.complete(r.Context(), d.Lease, used, reqID)
@@ -257,6 +267,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	}
 	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, start)
 	switch {
+	case cut && !tw.wrote:
+		return res.Limits, errAnswered
 	case perr != nil && clientGone:
 		// The client's own cancellation (or the function's deadline) is no
 		// failure of the upstream's, and nobody is left to fail over for.
@@ -329,6 +341,11 @@ func (h *Handler) logFinished(ctx context.Context, reqID string, ex *exchange, t
 // errClientGone is forward's answer when the client left before the
 // upstream answered: the request is over, with nothing to write.
 var errClientGone = &providers.Error{Err: context.Canceled}
+
+// errAnswered is forward's answer when the gateway itself answered (a
+// stream cut at its duration before its first byte): nothing to fail
+// over, nothing more to write.
+var errAnswered = &providers.Error{Err: errStreamTooLong}
 
 // complete records usage and gives back the lease's slots, even when the
 // client has gone. A first attempt is made before the answer ends; if it

@@ -183,7 +183,7 @@ async function refresh() {
     if (state.tick % STATS_EVERY === 0 || !state.stats) reads.push(call('GET', 'stats').catch((e) => (e.status === 404 ? null : Promise.reject(e))));
     else reads.push(undefined);
     // The tab in sight reads its own data; the others read nothing.
-    const tabRead = { keys: () => call('GET', 'keys'), alerts: () => call('GET', 'alerts').catch((e) => (e.status === 404 ? null : Promise.reject(e))),
+    const tabRead = { keys: () => call('GET', 'keys'), applies: () => call('GET', 'providers'), alerts: () => call('GET', 'alerts').catch((e) => (e.status === 404 ? null : Promise.reject(e))),
       audit: () => call('GET', 'audit?since=168h&limit=50&cursor=' + encodeURIComponent(state.auditCursor) + '&subject=' + encodeURIComponent($('#audit-subject').value.trim())) }[state.tab];
     reads.push(tabRead ? tabRead() : undefined);
     const [overview, stats, tabData] = await Promise.all(reads);
@@ -191,6 +191,7 @@ async function refresh() {
     if (stats !== undefined) state.stats = stats;
     if (tabData !== undefined) {
       if (state.tab === 'keys') state.keys = tabData.keys;
+      if (state.tab === 'applies') state.providers = tabData;
       if (state.tab === 'alerts') state.alerts = tabData;
       if (state.tab === 'audit') state.audit = tabData;
     }
@@ -521,6 +522,37 @@ function renderApplies() {
   }
   fillApplies('#applies-always tbody', always);
   fillApplies('#applies-caller tbody', caller);
+  renderProviderFacts(target);
+}
+
+// renderProviderFacts shows, for the chosen provider (or a model's),
+// what its models can do (the capabilities table fallbacks are checked
+// against) and what its upstream last reported of its own limits.
+function renderProviderFacts(target) {
+  const known = (state.providers && state.providers.providers) || [];
+  $('#capabilities-date').textContent = state.providers ? '(built-in table of ' + state.providers.capabilities_date + ', with the configuration over it)' : '';
+  const caps = [];
+  const reports = [];
+  for (const p of known) {
+    if (!target.providers.includes(p.name)) continue;
+    for (const c of p.capabilities || []) {
+      if (target.model && c.model !== target.model) continue;
+      caps.push(el('tr', { 'data-model': p.name + '/' + c.model }, el('td', { text: p.name + '/' + c.model }),
+        el('td', { text: c.context_window ? c.context_window.toLocaleString() : 'unknown' }),
+        el('td', { text: c.max_output_tokens ? c.max_output_tokens.toLocaleString() : 'unknown' }),
+        el('td', { text: c.tools }), el('td', { text: c.vision }), el('td', { text: c.audio }), el('td', { text: c.structured_output }),
+        el('td', { text: (c.regions || []).join(', ') || 'unknown' })));
+    }
+    for (const [m, r] of Object.entries(p.upstream_reports || {})) {
+      if (target.model && m !== target.model && m !== '*') continue;
+      const left = [r.remaining_requests != null ? r.remaining_requests + ' requests' : '', r.remaining_tokens != null ? r.remaining_tokens + ' tokens' : ''].filter(Boolean).join(', ');
+      reports.push(el('tr', { 'data-report': p.name + '/' + m }, el('td', { text: m === '*' ? p.name + ' (any model)' : p.name + '/' + m }),
+        el('td', { text: r.limit_requests != null ? String(r.limit_requests) : '' }), el('td', { text: r.limit_tokens != null ? String(r.limit_tokens) : '' }),
+        el('td', { text: left }), el('td', { text: new Date(r.at).toLocaleTimeString() })));
+    }
+  }
+  $('#applies-capabilities tbody').replaceChildren(...(caps.length ? caps : [el('tr', {}, el('td', { colSpan: 8, class: 'empty', text: 'No listed models.' }))]));
+  $('#applies-reports tbody').replaceChildren(...(reports.length ? reports : [el('tr', {}, el('td', { colSpan: 5, class: 'empty', text: 'Nothing reported yet.' }))]));
 }
 
 // targetOf reads a choice: "p:<provider>", "m:<provider>/<model>" or
@@ -790,7 +822,7 @@ function selectTab(name) {
   state.tab = name;
   for (const b of document.querySelectorAll('#tabs .tab')) b.classList.toggle('active', b.dataset.tab === name);
   for (const p of document.querySelectorAll('.tabpane')) show(p, p.id === 'tab-' + name);
-  if (['keys', 'charts', 'ops', 'alerts', 'audit'].includes(name)) refresh();
+  if (['keys', 'applies', 'charts', 'ops', 'alerts', 'audit'].includes(name)) refresh();
 }
 
 document.addEventListener('DOMContentLoaded', () => {

@@ -1,0 +1,39 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// StreamLimit bounds a stream: MaxDuration, when positive, is how long
+// it may run before the gateway ends it with the protocol's own error
+// event (after what was sent; its slot given back, what it used
+// settled); CutAtReservation ends it where its output reaches the
+// output reservation, by sending the reservation upstream as the
+// request's cap, so that the upstream itself ends the stream there,
+// cleanly and with exact usage.
+type StreamLimit struct {
+	MaxDuration      time.Duration
+	CutAtReservation bool
+}
+
+// streamLimit is the bound of the stream admitted with lr: its class's.
+// With CutAtReservation, a cap above the reservation (or none) is lowered
+// to it where the request is sent, and the answer says so as a clamp
+// does.
+func (a *Admission) streamLimit(lr limiter.Request) StreamLimit {
+	if !a.req.Stream {
+		return StreamLimit{}
+	}
+	sl := a.o.cfg.Streams[a.req.Caller.Class]
+	if !sl.CutAtReservation || a.req.Clamp == nil || lr.OutputTokens <= 0 {
+		return sl
+	}
+	perChoice := lr.OutputTokens / max(a.req.Choices, 1)
+	if perChoice > 0 && (a.req.MaxTokens <= 0 || perChoice < a.req.MaxTokens) && a.req.Clamp(perChoice) {
+		a.logf("capping the stream at its reservation (cut_at_reservation)", "class", a.req.Caller.Class, "max_tokens", perChoice)
+		a.req.MaxTokens = perChoice
+	}
+	return sl
+}
