@@ -271,6 +271,7 @@ func TestInsteadOfRefusingExamplesAreTested(t *testing.T) {
 		"compatConfig":    compatConfig,
 		"downgradeConfig": downgradeConfig,
 		"headersConfig":   strings.NewReplacer("UPSTREAM", "http://127.0.0.1:9999", "ADAPT", "true").Replace(headersConfig),
+		"migrationConfig": migrationConfig,
 		"streamsConfig":   strings.ReplaceAll(streamsConfig, "UPSTREAM", "http://127.0.0.1:9999"),
 	}
 	blocks := strings.Split(string(page), "```yaml\n")[1:]

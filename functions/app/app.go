@@ -168,6 +168,7 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	if c, ok := a.Store.(admission.Cooldowns); ok {
 		a.Watcher.WatchRamps(rampHealth(c, cfg, log, a.latencyDoubled))
 	}
+	a.watchMigrations()
 	if r, ok := a.Store.(configstore.UpstreamReader); ok && len(cfg.AdaptRules) > 0 {
 		a.Watcher.Adapt(cfg.AdaptRules, r)
 	}
@@ -299,6 +300,9 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 	for _, d := range a.Config.Downgrades {
 		pc.Downgrades = append(pc.Downgrades, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused,
 			BudgetBelow: d.BudgetBelow, Classes: d.Classes})
+	}
+	if len(a.Config.Migrations) > 0 {
+		pc.Migrations = a.migrationsInForce
 	}
 	if c, ok := a.Store.(admission.Cooldowns); ok {
 		pc.Cooldowns = c

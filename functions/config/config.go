@@ -51,6 +51,8 @@ type Config struct {
 	// AdaptRules are the provider and model rules that follow what their
 	// upstreams report (adapt: true).
 	AdaptRules []limiter.RuleKey
+	// Migrations are the migrations (migrations[]).
+	Migrations []MigrationSpec
 
 	// Prices are the configured model prices ("model" or
 	// "provider/model"); DefaultPrice is prices.default, if given.
@@ -219,6 +221,7 @@ type file struct {
 	Alerts         *alertsSpec          `yaml:"alerts"`
 	Audit          *auditSpec           `yaml:"audit"`
 	Downgrade      []downgradeYAML      `yaml:"downgrade"`
+	Migrations     []migrationYAML      `yaml:"migrations"`
 }
 
 type storeSpec struct {
@@ -381,6 +384,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 		errs = append(errs, cfg.loadAudit(f.Audit, at)...)
 	}
 	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at), cfg.loadDowngrades(f.Downgrade, at))
+	errs = append(errs, cfg.loadMigrations(f.Migrations, at))
 	if f.Store != nil {
 		errs = append(errs, cfg.loadStore(f.Store, at)...)
 	}

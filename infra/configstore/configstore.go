@@ -42,6 +42,8 @@ type Snapshot struct {
 	Downgrades []Downgrade
 	// Ramps are where the ramps of ramped rules stand, by rule key.
 	Ramps map[limiter.RuleKey]limiter.RampState
+	// Migrations are where the migrations stand, by name.
+	Migrations map[string]MigrationState
 	// Version changes with every write.
 	Version int64
 }

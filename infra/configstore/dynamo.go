@@ -180,6 +180,9 @@ func (d *Dynamo) Snapshot(ctx context.Context) (Snapshot, error) {
 	if s.Ramps, err = d.ramps(ctx); err != nil {
 		return Snapshot{}, err
 	}
+	if s.Migrations, err = d.migrations(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	if s.Downgrades, err = d.downgrades(ctx); err != nil {
 		return Snapshot{}, err
 	}

@@ -28,6 +28,9 @@ type Memory struct {
 	audit      []AuditEntry // by ID, oldest first
 	version    int64
 	now        func() time.Time
+	// migrations and their counts (see migrations.go).
+	migrations      map[string]MigrationState
+	migrationCounts map[string]*MigrationCounts
 }
 
 // NewMemory returns an empty Memory store.
@@ -58,6 +61,10 @@ func (m *Memory) Snapshot(context.Context) (Snapshot, error) {
 	s.Ramps = map[limiter.RuleKey]limiter.RampState{}
 	for k, r := range m.ramps {
 		s.Ramps[k] = r
+	}
+	s.Migrations = map[string]MigrationState{}
+	for k, st := range m.migrations {
+		s.Migrations[k] = st
 	}
 	sortPauses(s.Pauses)
 	for _, d := range m.downgrades {

@@ -66,6 +66,8 @@ type Watcher struct {
 	adaptKeys []limiter.RuleKey
 	reports   UpstreamReader
 	adapted   atomic.Pointer[map[string]limiter.UpstreamReport]
+	// mig are the migrations it steps (see migrate.go).
+	mig migrationWatch
 }
 
 type rampEntry struct {
@@ -154,7 +156,13 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	w.checking = true
 	w.mu.Unlock()
 	err := w.refresh(ctx, now)
-	if err == nil && (w.stepRamps(ctx, now) || w.readReports(ctx)) {
+	moved := false
+	if err == nil {
+		moved = w.stepRamps(ctx, now)
+		moved = w.stepMigrations(ctx, now) || moved
+		moved = w.readReports(ctx) || moved
+	}
+	if moved {
 		w.mu.Lock()
 		w.loaded = false
 		w.mu.Unlock()

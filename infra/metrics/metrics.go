@@ -31,6 +31,7 @@ const (
 	BatchesGivenUp      = "BatchesGivenUp"      // batches given up uncharged (polls failing too long, never ending)
 	FellBack            = "FellBack"            // requests admitted on a target other than their first choice, by From and To
 	Downgraded          = "Downgraded"          // requests admitted on a downgrade's model, by From and To
+	Migrated            = "Migrated"            // requests admitted on a migration's model, by Migration and To
 	Incompatible        = "Incompatible"        // targets skipped as incompatible with a request, by Target
 )
 

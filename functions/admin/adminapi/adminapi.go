@@ -146,6 +146,10 @@ func New(cfg Config) (*Handler, error) {
 	h.handle("GET /admin/downgrades", true, h.listDowngrades)
 	h.handle("POST /admin/downgrades", true, h.putDowngrade)
 	h.handle("DELETE /admin/downgrades", true, h.deleteDowngrade)
+	h.handle("GET /admin/migrations", false, h.listMigrations)
+	h.handle("POST /admin/migrations/{name}/pause", false, h.controlMigration(configstore.MigrationPause))
+	h.handle("POST /admin/migrations/{name}/resume", false, h.controlMigration(configstore.MigrationResume))
+	h.handle("POST /admin/migrations/{name}/rollback", false, h.controlMigration(configstore.MigrationRollback))
 	h.mux.HandleFunc("/admin/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "unknown admin route "+r.Method+" "+r.URL.Path, nil)
 	})

@@ -69,6 +69,8 @@ type explainDecision struct {
 	Shadow       []string `json:"shadow_refusals,omitempty"`
 	WaitedMS     int64    `json:"waited_ms,omitempty"`
 	ClampedTo    int64    `json:"clamped_to,omitempty"`
+	// Migration names the migration whose target the request goes to.
+	Migration string `json:"migration,omitempty"`
 }
 
 // explainedTarget is one target's look: skipped, and why, or admitted.
@@ -258,6 +260,10 @@ func (h *Handler) explained(ctx context.Context, req admission.Request, ex admis
 		"rules":    []explainedRule{},
 		"charged":  false,
 	}
+	if m := ex.Trace.Migration; m != nil {
+		out["migration"] = map[string]any{"name": m.Name, "from": m.From, "to": m.To, "share": pct(m.Share), "migrated": m.Migrated,
+			"migrated_to": st.Migration != ""}
+	}
 	if deciding == nil || deciding.Request.Subject.Provider == "" {
 		return out
 	}
@@ -297,6 +303,7 @@ func stepDecision(st admission.Step, tr admission.Trace) explainDecision {
 	case admission.Forward:
 		d := decisionOf(st.Decision)
 		d.Target, d.WaitedMS, d.ClampedTo = targetName(st.Target), out.WaitedMS, out.ClampedTo
+		d.Migration = st.Migration
 		return d
 	case admission.Failed:
 		out.Status, out.Type, out.Message = http.StatusBadGateway, "server_error", "no target could serve the request"

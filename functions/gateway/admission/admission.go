@@ -69,6 +69,9 @@ type Config struct {
 	// Streams bound the streams of each class (a class not in it: no
 	// bound); see streams.go.
 	Streams map[string]StreamLimit
+	// Migrations, when set, returns the migrations with their shares in
+	// force (see migrate.go).
+	Migrations func() []Migration
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the rule leaves,
 	// if that is at least ClampFloor. Off by default.
@@ -175,6 +178,8 @@ type Orchestrator struct {
 	// upstream is what this instance recorded and warned of upstream
 	// reports.
 	upstream upstreamNotes
+	// migrations is what this instance counted of migrations' answers.
+	migrations migrationBook
 
 	failOpenAdmits atomic.Int64
 	shadowRefusals atomic.Int64

@@ -51,8 +51,10 @@ type Step struct {
 	// (the answer is no_compatible_target when there are any).
 	Incompatible []Skip
 	// DowngradedFrom, on a Forward, names the target ("provider/model")
-	// the request was downgraded from.
+	// the request was downgraded from; Migration the migration whose
+	// target it goes to.
 	DowngradedFrom string
+	Migration      string
 	// Stream, on a Forward of a streaming request, is how long the
 	// stream may run (see streams.go).
 	Stream  StreamLimit
@@ -141,11 +143,18 @@ type Admission struct {
 	// downgradedFrom maps a downgrade's target in the pass to what it
 	// stands in for.
 	downgradedFrom map[providers.Target]string
-	need           Needs
-	needsRead      bool
-	stopped        bool // the pass ended early: no other target can help
-	clamped        bool
-	waited         bool
+	// mig is the migration whose scope the request is in, migTo its
+	// target, migrated whether the request was drawn for it; forwardAt
+	// when the last Forward was returned.
+	mig       *Migration
+	migTo     providers.Target
+	migrated  bool
+	forwardAt time.Time
+	need      Needs
+	needsRead bool
+	stopped   bool // the pass ended early: no other target can help
+	clamped   bool
+	waited    bool
 }
 
 // Begin starts the admission of req: it resolves the model to its
@@ -232,6 +241,7 @@ func (a *Admission) startPass(ctx context.Context) {
 	if len(a.targets) > 0 {
 		a.first = a.targets[0]
 	}
+	a.migrate()
 	a.cooling = a.o.cooldownsOf(ctx, a.clock(), a.targets)
 	a.next, a.best, a.failed, a.stopped, a.incompatible, a.downgradedFrom = 0, nil, nil, false, nil, nil
 }
@@ -308,9 +318,15 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	}
 	a.admitted(t, d)
 	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t], Stream: a.streamLimit(lr)}
+	if a.mig != nil {
+		a.forwardAt = a.o.cfg.Now()
+	}
 	switch {
 	case st.DowngradedFrom != "":
 		a.downgraded(t, st.DowngradedFrom)
+	case a.migrated && t == a.migTo:
+		st.Migration = a.mig.Name
+		a.migratedTo(t)
 	case t != a.first:
 		a.fellBack(t)
 	}
@@ -385,6 +401,7 @@ func (a *Admission) decide(ctx context.Context, now time.Time, lr limiter.Reques
 // perr nil when it answered (limits: what it reported of its own), else
 // its failure, after which Next fails over or ends.
 func (a *Admission) Answered(ctx context.Context, t providers.Target, limits providers.UpstreamLimits, perr *providers.Error) {
+	a.answeredMigration(t, perr)
 	if perr == nil {
 		a.o.noteUpstream(ctx, t, limits)
 		a.o.coolDownIfExhausted(ctx, t, limits)

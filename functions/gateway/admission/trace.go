@@ -25,6 +25,9 @@ type Trace struct {
 	// clamped); Waited how long it waited out a refusal (0: it did not).
 	ClampedTo int64
 	Waited    time.Duration
+	// Migration is the migration whose scope the request is in and what
+	// it was drawn for (nil: none).
+	Migration *MigrationChoice
 }
 
 // Look is one target's look: what the limiter was asked, what each rule
@@ -62,6 +65,12 @@ func (t *Trace) skipped(sk *Skip) {
 		return
 	}
 	t.Looks = append(t.Looks, Look{Target: sk.Target, Skip: sk})
+}
+
+func (t *Trace) migration(m *MigrationChoice) {
+	if t != nil {
+		t.Migration = m
+	}
 }
 
 func (t *Trace) clamped(n int64) {

@@ -73,6 +73,8 @@ type Config struct {
 	ManagedDowngrades func() []admission.Downgrade
 	// Streams bound each class's streams: see package admission.
 	Streams map[string]admission.StreamLimit
+	// Migrations returns the migrations and their shares in force.
+	Migrations func() []admission.Migration
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -263,6 +265,7 @@ func AdmissionConfig(cfg Config) admission.Config {
 		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
 		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
 		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ManagedDowngrades: cfg.ManagedDowngrades, Streams: cfg.Streams, ClampFloor: cfg.ClampFloor,
+		Migrations:       cfg.Migrations,
 		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
 		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
 		RealtimeMaxSession: cfg.RealtimeMaxSession, RealtimeSessionTokens: cfg.RealtimeSessionTokens,

@@ -87,6 +87,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			} else {
 				w.Header().Del(HeaderDowngradedFrom)
 			}
+			if st.Migration != "" {
+				w.Header().Set(HeaderMigration, st.Migration)
+			} else {
+				w.Header().Del(HeaderMigration)
+			}
 			limits, perr := h.forward(w, r, ex, st, reqID)
 			if perr == errClientGone || perr == errAnswered {
 				return
@@ -137,6 +142,10 @@ func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID st
 // HeaderDowngradedFrom names, on an answer, the target ("provider/model")
 // a downgrade took the request from.
 const HeaderDowngradedFrom = "X-Tollgate-Downgraded-From"
+
+// HeaderMigration names, on an answer, the migration whose target served
+// it.
+const HeaderMigration = "X-Tollgate-Migration"
 
 // HeaderClamped announces that the gateway lowered a request's output cap
 // to fit the token budget.
