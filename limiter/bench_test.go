@@ -22,9 +22,9 @@ func benchRules(withTokens bool) []limiter.Rule {
 	rules := []limiter.Rule{
 		userRule("/", limiter.Minute, big, 0),
 		userRule("/team", limiter.Minute, big, tok),
-		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Hour, MaxRequests: big},
-		{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Minute, MaxRequests: big},
-		{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: limiter.Minute, MaxRequests: big, MaxTokens: tok},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: limiter.Hour, MaxRequests: big}},
+		{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: big}},
+		{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: big, MaxTokens: tok}},
 	}
 	for i := len(rules); i < 1000; i++ {
 		s := strconv.Itoa(i)
@@ -34,9 +34,9 @@ func benchRules(withTokens bool) []limiter.Rule {
 		case 1:
 			rules = append(rules, userRule("/team/app-"+s, limiter.Hour, 10, 100))
 		case 2:
-			rules = append(rules, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "provider-" + s, Period: limiter.Minute, MaxRequests: 10})
+			rules = append(rules, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "provider-" + s, Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 10}})
 		case 3:
-			rules = append(rules, limiter.Rule{Scope: limiter.ScopeModel, Subject: "openai/model-" + s, Period: limiter.Minute, MaxTokens: 10})
+			rules = append(rules, limiter.Rule{Scope: limiter.ScopeModel, Subject: "openai/model-" + s, Limit: limiter.Window{Period: limiter.Minute, MaxTokens: 10}})
 		}
 	}
 	return rules

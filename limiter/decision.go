@@ -82,7 +82,7 @@ type Refusal struct {
 // already promised to others waiting before it.
 func (r *Refusal) RoomAt(at time.Time) int64 {
 	c, s := r.charge, r.state
-	if c == nil || c.Period == Concurrent || layoutOf(c.Counter) > 1 {
+	if c == nil || c.IsGauge() || layoutOf(c.Counter) > 1 {
 		return -1
 	}
 	switch {
@@ -161,7 +161,7 @@ func (r *Refusal) Message() string {
 			reservedNote(r.Reserved) + "; this request would reserve $" + FormatUSD(r.Amount)
 	}
 	limit := r.periodWord() + " " + r.Kind.noun() + " limit of " + strconv.FormatInt(r.Limit, 10)
-	if r.Rule.Bucket != nil {
+	if _, bucket := r.Rule.Limit.(Bucket); bucket {
 		limit = r.Kind.noun() + " bucket of " + strconv.FormatInt(r.Limit, 10)
 	}
 	if !r.Retryable {
@@ -179,18 +179,20 @@ func reservedNote(reserved int64) string {
 	return " and $" + FormatUSD(reserved) + " reserved"
 }
 
+// periodWord is the adjective of the refusing rule's period: "minute",
+// "300-second", "concurrent", "daily" (a bucket's message names none).
 func (r *Refusal) periodWord() string {
-	if r.Rule.IsBudget() {
-		return map[Calendar]string{CalendarHour: "hourly", CalendarDay: "daily", CalendarWeek: "weekly", CalendarMonth: "monthly"}[r.Rule.Calendar]
+	switch lim := r.Rule.Limit.(type) {
+	case Budget:
+		return map[Calendar]string{CalendarHour: "hourly", CalendarDay: "daily", CalendarWeek: "weekly", CalendarMonth: "monthly"}[lim.Calendar]
+	case Window:
+		switch lim.Period {
+		case Minute, Hour, Day:
+			return PeriodName(lim.Period)
+		}
+		return strconv.FormatInt(int64(lim.Period/time.Second), 10) + "-second"
 	}
-	if r.Rule.Period == Concurrent {
-		return "concurrent"
-	}
-	switch r.Rule.Period {
-	case Minute, Hour, Day:
-		return PeriodName(r.Rule.Period)
-	}
-	return strconv.FormatInt(int64(r.Rule.Period/time.Second), 10) + "-second"
+	return PeriodConcurrent
 }
 
 func (k Kind) noun() string {

@@ -52,7 +52,7 @@ func (l *Limiter) Explain(ctx context.Context, now time.Time, req Request) (Expl
 		return Explanation{}, ErrInvalidAmount
 	}
 	rs := l.rules.Load()
-	all := rs.appendAll(nil, req.Subject, req.UserPathOnly)
+	all := rs.appendAll(nil, req.Subject, req.ConsumerOnly)
 	kept := all
 	var over []match
 	if rs.prioritized {
@@ -107,43 +107,48 @@ func (l *Limiter) Explain(ctx context.Context, now time.Time, req Request) (Expl
 		if i > 0 && samePart(reads[i-1].Counter, c.Counter) {
 			continue // one line per rule dimension, not per shard
 		}
-		st := states[i]
-		q := quotaOf(now, c, c.owner, st)
-		e := ExplainedRule{
-			Rule:        c.owner.Rule,
-			Child:       c.Counter.Child,
-			Kind:        c.Counter.Kind,
-			Limit:       c.owner.limitOf(c.Counter.Kind),
-			Amount:      c.Amount,
-			Burndown:    c.Burndown,
-			Used:        st.Cur,
-			Remaining:   q.Remaining,
-			WouldRefuse: st.Refused,
-			Overridden:  i >= len(charges),
-		}
-		if !e.Overridden {
-			e.Amount = groupAmount(charges, i)
-		}
-		switch {
-		case c.Shape == ShapeBucket:
-			e.Amount, e.Used = c.units, e.Limit-q.Remaining
-		case c.Counter.Kind == KindCost:
-			e.Remaining = budgetQuotaOf(c, st).Remaining
-		}
-		if g := sp.group(c.Counter); g != nil && !e.Overridden {
-			e.Used, e.Remaining = 0, g.room(now, 0)
-			for _, s := range g.states {
-				e.Used += s.Cur
-			}
-		}
-		if e.WouldRefuse {
-			if e.Overridden {
-				e.RetryAfter, e.Retryable = waitFor(now, c, st)
-			} else {
-				e.RetryAfter, e.Retryable = waitOf(now, charges, i, st, sp)
-			}
-		}
-		ex.Rules = append(ex.Rules, e)
+		ex.Rules = append(ex.Rules, explainedRule(now, c, charges, i, states[i], sp))
 	}
 	return ex, nil
+}
+
+// explainedRule is the line of read c, the i-th of the explanation's
+// reads (those past charges are overridden rules'), in state st.
+func explainedRule(now time.Time, c *Charge, charges []Charge, i int, st State, sp *spread) ExplainedRule {
+	q := quotaOf(now, c, c.owner, st)
+	e := ExplainedRule{
+		Rule:        c.owner.Rule,
+		Child:       c.Counter.Child,
+		Kind:        c.Counter.Kind,
+		Limit:       c.owner.limitOf(c.Counter.Kind),
+		Amount:      c.Amount,
+		Burndown:    c.Burndown,
+		Used:        st.Cur,
+		Remaining:   q.Remaining,
+		WouldRefuse: st.Refused,
+		Overridden:  i >= len(charges),
+	}
+	if !e.Overridden {
+		e.Amount = groupAmount(charges, i)
+	}
+	switch {
+	case c.Shape == ShapeBucket:
+		e.Amount, e.Used = c.units, e.Limit-q.Remaining
+	case c.Counter.Kind == KindCost:
+		e.Remaining = budgetQuotaOf(c, st).Remaining
+	}
+	if g := sp.group(c.Counter); g != nil && !e.Overridden {
+		e.Used, e.Remaining = 0, g.room(now, 0)
+		for _, s := range g.states {
+			e.Used += s.Cur
+		}
+	}
+	if e.WouldRefuse {
+		if e.Overridden {
+			e.RetryAfter, e.Retryable = waitFor(now, c, st)
+		} else {
+			e.RetryAfter, e.Retryable = waitOf(now, charges, i, st, sp)
+		}
+	}
+	return e
 }

@@ -172,10 +172,11 @@ func (f *FairShare) member(r Rule, s Subject, class string) string {
 
 // horizon is how long a backlogged member stays backlogged after its last
 // ask, and how close two asks must be for the second's refusal to make it
-// backlogged: a quarter of the rule's period (a bucket's fill time, a
-// budget's longest period), from 2 to 15 seconds; 5 s for a gauge.
+// backlogged: a quarter of the period of the rule's charges (a window's
+// length, a bucket's fill time, a budget's longest period), from 2 to 15
+// seconds; 5 s for a gauge, whose charges have none.
 func horizon(period time.Duration) time.Duration {
-	if period == Concurrent {
+	if period == 0 {
 		return 5 * time.Second
 	}
 	return min(max(period/4, 2*time.Second), 15*time.Second)
@@ -301,14 +302,14 @@ func rosterKey(r *rule) string { return r.counter + "~want" }
 
 // memberProto is the charge a member's counter of rule r is made from:
 // the rule's own shape, but for a bucket, whose counter is an arrival time,
-// a sliding window over the bucket's fill time (its Period), which counts
-// what each member took of it.
+// a sliding window over the bucket's fill time (its charges' Period),
+// which counts what each member took of it.
 func memberProto(now time.Time, r *rule, child string, kind Kind, limit int64) Charge {
-	if r.Bucket == nil {
+	if _, bucket := r.Limit.(Bucket); !bucket {
 		return r.newCharge(now, child, kind, limit, 0)
 	}
-	c := Charge{Counter: Counter{Rule: r.counter, Child: child, Kind: kind}, Period: r.Period, Limit: limit, owner: r, whole: limit}
-	c.Counter.Window, _ = windowAt(now, r.Period)
+	c := Charge{Counter: Counter{Rule: r.counter, Child: child, Kind: kind}, Period: r.span, Limit: limit, owner: r, whole: limit}
+	c.Counter.Window, _ = windowAt(now, r.span)
 	return c
 }
 
@@ -318,9 +319,10 @@ func memberCharge(c Charge, member string) Charge {
 	c.Counter.Rule += "~fair"
 	c.Counter.Child = member
 	c.Limit, c.whole = MaxAmount, MaxAmount
-	if c.Period == Concurrent {
+	if c.IsGauge() {
 		// A gauge holds slots: no member holds more than the rule does.
-		c.Limit, c.whole = c.owner.MaxRequests, c.owner.MaxRequests
+		c.Limit = c.owner.limitOf(KindInFlight)
+		c.whole = c.Limit
 	}
 	c.shadow = false
 	c.fairMember, c.member = true, member
@@ -541,7 +543,7 @@ func (l *Limiter) refreshFairs(ctx context.Context, now time.Time, ms []match) {
 		if r.FairShare == nil {
 			continue
 		}
-		kind, limit := fairDimension(r)
+		kind, limit := r.Limit.fairDimension()
 		l.refreshFair(ctx, now, r, memberProto(now, r, m.child, kind, limit))
 	}
 }
@@ -562,22 +564,4 @@ func (l *Limiter) noteFairs(ctx context.Context, now time.Time, charges []Charge
 		}
 		l.noteFair(ctx, now, c.owner, c.member, *c, out.States[i], refused)
 	}
-}
-
-// fairDimension is the dimension of rule r that shares fairly, and its
-// limit in the rule's units.
-func fairDimension(r *rule) (Kind, int64) {
-	switch {
-	case r.Bucket != nil && r.Bucket.Tokens:
-		return KindTokens, r.Bucket.Capacity
-	case r.Bucket != nil:
-		return KindRequests, r.Bucket.Capacity
-	case r.IsBudget():
-		return KindCost, r.MaxCost
-	case r.Period == Concurrent:
-		return KindInFlight, r.MaxRequests
-	case r.MaxRequests > 0:
-		return KindRequests, r.MaxRequests
-	}
-	return KindTokens, r.MaxTokens
 }

@@ -17,7 +17,7 @@ import (
 // what b asked, over the minutes after the first.
 func fairRun(t *testing.T, weights map[string]int64, aClients, bClients int, bEvery time.Duration) (a, b, bAsked int) {
 	t.Helper()
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 60,
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 60},
 		FairShare: &limiter.FairShare{By: "user_path", Weights: weights}}
 	ls := twoInstances(t, rule)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -97,7 +97,7 @@ func TestFairShare(t *testing.T) {
 // 8 requests of a second each trying, and /t/b, which starts one every
 // 500 ms (two in flight: its share): b gets at least 90 % in.
 func TestFairShareInFlight(t *testing.T) {
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 4,
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Gauge{MaxInFlight: 4},
 		FairShare: &limiter.FairShare{By: "user_path"}}
 	run := storetest.InFlightRun{Slots: 4, Clients: 8, D: 60 * time.Second, Tick: 100 * time.Millisecond, BEvery: 500 * time.Millisecond, BStart: 5 * time.Second}
 	bIn, bAsked, aIn := run.Drive(t, twoInstances(t, rule))
@@ -145,7 +145,7 @@ func fairDrive(t *testing.T, rule limiter.Rule, d, tick, bEvery, bStart time.Dur
 // Fair share on a token bucket and on a budget: the member that asks for
 // less than its share gets it while the other floods.
 func TestFairShareBucketAndBudget(t *testing.T) {
-	bucket := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Capacity: 60, RefillPerSecond: 1},
+	bucket := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Bucket{Capacity: 60, RefillPerSecond: 1},
 		FairShare: &limiter.FairShare{By: "user_path"}}
 	b, asked, a := fairDrive(t, bucket, 3*time.Minute, 250*time.Millisecond, 2*time.Second, 5*time.Second, 4, limiter.Price{})
 	t.Logf("bucket of 60 at 1/s: b %d of %d, a %d", b, asked, a)
@@ -157,7 +157,7 @@ func TestFairShareBucketAndBudget(t *testing.T) {
 	// spent is not given back, and fair share is work-conserving: nothing
 	// is held for b until it is refused, so the budget is spent first come,
 	// first served, to the last cent, and b is refused only once it is.
-	budget := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", MaxCost: 1000, Calendar: limiter.CalendarHour,
+	budget := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Budget{MaxCost: 1000, Calendar: limiter.CalendarHour},
 		FairShare: &limiter.FairShare{By: "user_path"}}
 	b, asked, a = fairDrive(t, budget, 100*time.Second, 250*time.Millisecond, 2*time.Second, 0, 4, limiter.Price{Input: 10_000_000})
 	t.Logf("budget of 100 requests: b %d of %d, a %d", b, asked, a)
@@ -209,7 +209,7 @@ func (f *failingReads) Roster(ctx context.Context, rule string, windows []int64)
 // and never more than 60 pass in a window of 60.
 func TestFairShareStoreBlipKeepsTheLimit(t *testing.T) {
 	store := &failingReads{Store: memstore.New()}
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 60, Window: limiter.WindowFixed,
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, Fixed: true, MaxRequests: 60},
 		FairShare: &limiter.FairShare{By: "user_path"}}
 	rs, _ := limiter.NewRules([]limiter.Rule{rule})
 	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
@@ -241,7 +241,7 @@ func TestFairShareStoreBlipKeepsTheLimit(t *testing.T) {
 // regular member after them too. Nobody is backlogged, so nobody is
 // refused for fairness.
 func TestFairShareInventedMembersRefuseNothing(t *testing.T) {
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 1_000_000,
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1_000_000},
 		FairShare: &limiter.FairShare{By: "tag:user"}}
 	ls := twoInstances(t, rule)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -270,7 +270,7 @@ func TestFairShareInventedMembersRefuseNothing(t *testing.T) {
 // a gets the other 19 (at least 17), where holding b's share would leave a
 // 9 of them.
 func TestFairShareStrandsNothing(t *testing.T) {
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: 10 * time.Second, MaxRequests: 20, Window: limiter.WindowFixed,
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: 10 * time.Second, Fixed: true, MaxRequests: 20},
 		FairShare: &limiter.FairShare{By: "tag:user"}}
 	ls := twoInstances(t, rule)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -304,7 +304,7 @@ func TestFairShareStrandsNothing(t *testing.T) {
 func BenchmarkFairShareMembers(b *testing.B) {
 	for _, members := range []int{10, 1_000, 100_000} {
 		b.Run(fmt.Sprint(members), func(b *testing.B) {
-			rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 1 << 40,
+			rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 40},
 				FairShare: &limiter.FairShare{By: "tag:user"}}
 			rs, _ := limiter.NewRules([]limiter.Rule{rule})
 			l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})

@@ -31,11 +31,11 @@ func (r Rule) ID() string {
 		subject = strings.TrimSuffix(subject, "/") + "/" + EachKey
 	}
 	period := r.PeriodName()
-	if r.Bucket != nil && r.Bucket.Tokens {
+	if b, ok := r.Limit.(Bucket); ok && b.Tokens {
 		period = "token_bucket"
 	}
 	id := r.Scope.String() + ":" + subject + ":" + period
-	if r.IsBudget() {
+	if _, ok := r.Limit.(Budget); ok {
 		return budgetIDPrefix + id
 	}
 	return id
@@ -75,27 +75,35 @@ func ParseRuleID(id string) (Rule, error) {
 	case ScopeKey:
 		r.PerChild = subject == EachKey
 	}
+	if r.Limit, err = limitOfID(period, budget); err != nil {
+		return Rule{}, fmt.Errorf("rule id %q: %w", id, err)
+	}
+	return r, nil
+}
+
+// limitOfID is the limit, with no limits set, that an ID's period names:
+// a budget's calendar period, a bucket, a gauge or a window.
+func limitOfID(period string, budget bool) (Limit, error) {
 	if budget {
-		if r.Calendar, err = ParseCalendar(period); err != nil {
-			return Rule{}, fmt.Errorf("rule id %q: %w", id, err)
-		}
-		return r, nil
+		c, err := ParseCalendar(period)
+		return Budget{Calendar: c}, err
 	}
 	switch period {
 	case "bucket":
-		r.Bucket = &Bucket{}
-		return r, nil
+		return Bucket{}, nil
 	case "token_bucket":
-		r.Bucket = &Bucket{Tokens: true}
-		return r, nil
+		return Bucket{Tokens: true}, nil
+	case PeriodConcurrent:
+		return Gauge{}, nil
 	}
-	if r.Period, err = ParsePeriod(period); err != nil {
+	p, err := ParsePeriod(period)
+	if err != nil {
 		n, nerr := strconv.ParseInt(strings.TrimSuffix(period, "s"), 10, 64)
 		if nerr != nil || n < 1 || n > 1<<32 {
-			return Rule{}, errors.New("rule id " + strconv.Quote(id) + ": unknown period " + strconv.Quote(period) +
+			return nil, errors.New("unknown period " + strconv.Quote(period) +
 				" (want minute, hour, day, concurrent, a number of seconds like 300s, bucket or token_bucket)")
 		}
-		r.Period = time.Duration(n) * time.Second
+		p = time.Duration(n) * time.Second
 	}
-	return r, nil
+	return Window{Period: p}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Rules is an immutable, indexed set of rules. Matching a request looks up
@@ -35,9 +36,44 @@ type rule struct {
 	Rule
 	key     RuleKey
 	counter string // key and generation: the Rule field of its counters
+	// span is the Period of the rule's charges (Limit.span).
+	span time.Duration
+	// charges is how many charges the rule makes, at most: for the
+	// planner's allocation.
+	charges int
+	// bedrock is set on a QuotaBedrock window, whose token charges carry
+	// the request's output burndown.
+	bedrock bool
 	// switchWindows are the first windows of each layout in the shard
 	// history of a window rule (see layout.go).
 	switchWindows []int64
+}
+
+// newRule precomputes r, whose key is key.
+func newRule(r Rule, key RuleKey) *rule {
+	c := &rule{Rule: r, key: key, counter: string(key), span: r.Limit.span(), charges: 1}
+	if r.Generation != "" {
+		c.counter += "@" + r.Generation
+	}
+	if w, ok := r.Limit.(Window); ok {
+		c.bedrock = w.Quota == QuotaBedrock
+		c.charges = 0
+		for _, v := range [...]int64{w.MaxRequests, w.MaxTokens, w.MaxInputTokens, w.MaxOutputTokens} {
+			if v > 0 {
+				c.charges++
+			}
+		}
+		for _, h := range r.ShardHistory {
+			c.switchWindows = append(c.switchWindows, firstWindowFrom(h.Since, w.Period))
+		}
+	}
+	return c
+}
+
+// isGauge reports whether the rule limits requests in flight.
+func (r *rule) isGauge() bool {
+	_, ok := r.Limit.(Gauge)
+	return ok
 }
 
 // NewRules validates and indexes rules. Every problem is reported, each
@@ -67,17 +103,8 @@ func NewRules(rules []Rule) (*Rules, error) {
 			continue
 		}
 		seen[key] = i
-		c := &rule{Rule: r.normalized(), key: key, counter: string(key)}
-		r = c.Rule
+		c := newRule(r, key)
 		rs.prioritized = rs.prioritized || r.Priority != 0
-		if r.Generation != "" {
-			c.counter += "@" + r.Generation
-		}
-		if r.Period != Concurrent {
-			for _, h := range r.ShardHistory {
-				c.switchWindows = append(c.switchWindows, firstWindowFrom(h.Since, r.Period))
-			}
-		}
 		rs.list = append(rs.list, c)
 		subject := strings.ToLower(r.Subject)
 		switch r.Scope {
@@ -188,7 +215,10 @@ func keepPrioritized(ms []match) []match {
 }
 
 // overridable reports whether a higher priority can override the rule.
-func (r *rule) overridable() bool { return !r.Always && !r.IsBudget() }
+func (r *rule) overridable() bool {
+	_, budget := r.Limit.(Budget)
+	return !r.Always && !budget
+}
 
 // overridden returns the matches of all that keepPrioritized dropped.
 func overridden(all []match) []match {

@@ -55,9 +55,10 @@ func (r *rule) layouts() []ShardLayout {
 // rules) or at now (concurrency rules).
 func (r *rule) current(now time.Time, w int64) int {
 	hist := r.layouts()
+	gauge := r.isGauge()
 	i := 0
 	for j := 1; j < len(hist); j++ {
-		if (r.Period == Concurrent && !now.Before(hist[j].Since)) || (r.Period != Concurrent && w >= r.switchWindows[j]) {
+		if (gauge && !now.Before(hist[j].Since)) || (!gauge && w >= r.switchWindows[j]) {
 			i = j
 		}
 	}
@@ -80,7 +81,7 @@ func (r *rule) changed(i int) bool {
 // settling reports whether a concurrency rule is in the few seconds after
 // its layout changed, when it admits nothing.
 func (r *rule) settling(now time.Time) bool {
-	if r.Period != Concurrent {
+	if !r.isGauge() {
 		return false
 	}
 	i := r.current(now, 0)
@@ -90,7 +91,7 @@ func (r *rule) settling(now time.Time) bool {
 // draining returns the layout a concurrency rule's previous slots may
 // still be held on, and whether there is one.
 func (r *rule) draining(now time.Time) (int, bool) {
-	if r.Period != Concurrent {
+	if !r.isGauge() {
 		return 0, false
 	}
 	i := r.current(now, 0)
@@ -103,38 +104,44 @@ func (r *rule) draining(now time.Time) (int, bool) {
 // newCharge returns rule r's charge of one dimension at now on shard k of
 // its layout, with that shard's share of limit and, in the first window
 // of a new layout, where its previous window's count comes from.
+//
+// Each kind counts on its own shape: a bucket on one counter for its life
+// (its arrival time, limited in nanoseconds of refill), a budget on its
+// calendar period's fixed window (Counter.Window is the period's start in
+// Unix seconds), a fixed window on the window's (its index since the
+// epoch), a gauge and a sliding window on the shards of their layout.
 func (r *rule) newCharge(now time.Time, child string, kind Kind, limit int64, k int) Charge {
 	c := Charge{
 		Counter: Counter{Rule: r.counter, Child: child, Kind: kind},
-		Period:  r.Period,
+		Period:  r.span,
 		Limit:   limit,
 		owner:   r,
 		whole:   limit,
 		shadow:  r.Shadow,
 	}
-	switch {
-	case r.Bucket != nil:
-		// One counter for the bucket's life: its arrival time.
-		c.Shape, c.Unit, c.Limit, c.Floor = ShapeBucket, int64(r.Bucket.Interval()), r.Bucket.fill(), now.UnixNano()
+	var window Window
+	switch lim := r.Limit.(type) {
+	case Bucket:
+		c.Shape, c.Unit, c.Limit, c.Floor = ShapeBucket, int64(lim.Interval()), lim.fill(), now.UnixNano()
 		return c
-	case r.IsBudget():
-		start, end := r.Calendar.Bounds(now, r.Location)
+	case Budget:
+		start, end := lim.Calendar.Bounds(now, lim.Location)
 		c.Shape, c.Counter.Window, c.End = ShapeFixed, start.Unix(), end
 		return c
-	case r.Window == WindowFixed:
-		c.Shape = ShapeFixed
-		c.Counter.Window, _ = windowAt(now, r.Period)
-		c.End = time.Unix(0, (c.Counter.Window+1)*int64(r.Period))
+	case Gauge:
+		setShard(&c, limit, k, r.layoutAt(now, 0))
 		return c
+	case Window:
+		window = lim
 	}
-	if r.Period != Concurrent {
-		c.Counter.Window, _ = windowAt(now, r.Period)
+	c.Counter.Window, _ = windowAt(now, window.Period)
+	if window.Fixed {
+		c.Shape = ShapeFixed
+		c.End = time.Unix(0, (c.Counter.Window+1)*int64(window.Period))
+		return c
 	}
 	n := r.layoutAt(now, c.Counter.Window)
 	setShard(&c, limit, k, n)
-	if r.Period == Concurrent {
-		return c
-	}
 	if p := r.layoutAt(now, c.Counter.Window-1); p != n {
 		prev := c.Counter.Previous()
 		for j := range p {
@@ -168,10 +175,14 @@ func NextLayoutChange(r Rule, leaseTTL time.Duration) time.Time {
 		return time.Time{}
 	}
 	since := r.ShardHistory[len(r.ShardHistory)-1].Since
-	if r.Period == Concurrent {
+	switch lim := r.Limit.(type) {
+	case Gauge:
 		return since.Add(LayoutSettle + leaseTTL)
+	case Window:
+		return time.Unix(0, (firstWindowFrom(since, lim.Period)+1)*int64(lim.Period))
 	}
-	return time.Unix(0, (firstWindowFrom(since, r.Period)+1)*int64(r.Period))
+	return time.Time{} // the other kinds have one item, never shards
+
 }
 
 // firstWindowFrom is the first window starting at or after t.
@@ -222,7 +233,7 @@ func (l *Limiter) drain(ctx context.Context, now time.Time, charges []Charge) er
 		if !cached || (e.n > 0 && (now.Sub(e.at) >= time.Second || now.Before(e.at))) {
 			reads := make([]Charge, old)
 			for j := range old {
-				reads[j] = Charge{Counter: key, Period: Concurrent}
+				reads[j] = Charge{Counter: key}
 				reads[j].Counter.Shard = j
 			}
 			st, err := l.store.Read(ctx, now, reads)

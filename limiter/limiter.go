@@ -89,11 +89,11 @@ type Request struct {
 	// reserves InputTokens and OutputTokens at; a zero price charges
 	// budgets nothing (the gateway never leaves a model unpriced).
 	Price Price
-	// UserPathOnly admits by the consumer's rules only (user path, tag and
-	// key scopes), as one request holding no slot and reserving nothing: a
-	// batch submission, whose file may mix models and whose usage arrives
-	// much later.
-	UserPathOnly bool
+	// ConsumerOnly admits by the consumer's rules only (user path, tag
+	// and key scopes), as one request holding no slot and reserving
+	// nothing: a batch submission, whose file may mix models and whose
+	// usage arrives much later.
+	ConsumerOnly bool
 	// Class is the request's traffic class, for fair shares by class.
 	Class string
 	// LeaseTTL, when set, is how long the lease holds its slots instead of
@@ -118,7 +118,7 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		return Decision{}, ErrInvalidAmount
 	}
 	var buf [16]match
-	ms := l.rules.Load().appendMatches(buf[:0], req.Subject, req.UserPathOnly)
+	ms := l.rules.Load().appendMatches(buf[:0], req.Subject, req.ConsumerOnly)
 	if len(ms) == 0 {
 		return Decision{Allowed: true}, nil
 	}
@@ -142,7 +142,7 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		// A shadow rule's gauge is at the most one item holds: that rule
 		// would refuse, and is left out of this admission.
 		shadowed := shadowRefusals(now, charges, out.States, false)
-		charges = slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool { return c.shadow && c.Period == Concurrent })
+		charges = slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool { return c.shadow && c.IsGauge() })
 		lease = renamed(lease, "~h")
 		if lease != nil {
 			lease.Charges = charges
@@ -294,196 +294,8 @@ func (l *Limiter) Usage(ctx context.Context, now time.Time, s Subject) ([]RuleUs
 	return l.usage(ctx, now, ms)
 }
 
-// plan turns matched rules into charges. A sharded rule's charge goes to
-// the request's shard (picked by its id); one larger than that shard's
-// share spills over the next shards, so a request is never refused only
-// because no single shard could hold it.
-func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease) {
-	n := 0
-	for _, m := range ms {
-		n += m.rule.dimensions()
-	}
-	charges := make([]Charge, 0, n)
-	var inFlight, tokens bool
-	burndown := max(req.OutputBurndown, 1)
-	add := func(m match, kind Kind, limit, amount int64) {
-		if limit <= 0 {
-			return
-		}
-		r := m.rule
-		if r.settling(now) {
-			limit = 0 // its layout is changing: see layout.go
-		}
-		c := r.newCharge(now, m.child, kind, limit, 0)
-		c.Amount = amount
-		if kind == KindTokens && r.Quota == QuotaBedrock {
-			c.Burndown = burndown
-		}
-		shards := layoutOf(c.Counter)
-		if shards == 1 {
-			charges = append(charges, c)
-			return
-		}
-		first := int(fnv(req.ID, r.counter) % uint64(shards))
-		left := amount
-		for i := range shards {
-			p := r.newCharge(now, m.child, kind, limit, (first+i)%shards)
-			p.Burndown = c.Burndown
-			if left <= p.Limit || i == shards-1 || amount > limit {
-				p.Amount = left
-				charges = append(charges, p)
-				return
-			}
-			p.Amount = p.Limit
-			left -= p.Limit
-			charges = append(charges, p)
-		}
-	}
-	total := SatAdd(req.InputTokens, req.OutputTokens)
-	bedrock := bedrockTokens(req.InputTokens, req.OutputTokens, burndown)
-	cost := req.Price.Cost(Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens})
-	for _, m := range ms {
-		r := m.rule
-		// tok is what the rule's max_tokens window is charged.
-		tok := total
-		if r.Quota == QuotaBedrock {
-			tok = bedrock
-		}
-		switch {
-		case r.Bucket != nil:
-			kind, units := KindRequests, int64(1)
-			if r.Bucket.Tokens {
-				kind, units = KindTokens, total
-				tokens = true
-			}
-			c := r.newCharge(now, m.child, kind, r.Bucket.Capacity, 0)
-			// More than the bucket holds asks one unit more than it
-			// holds: refused, and never more than its arithmetic holds.
-			c.units = units
-			c.Amount = SatMul(min(units, r.Bucket.Capacity+1), c.Unit)
-			if f := r.FairShare; f != nil {
-				// The bucket holds what the other members are owed of its
-				// capacity: its limit (in refill time) is lowered by it.
-				proto := memberProto(now, r, m.child, kind, r.Bucket.Capacity)
-				member := l.fairMemberOf(now, r, f.member(r.Rule, req.Subject, req.Class), proto)
-				owed := r.Bucket.Capacity - l.fairLimit(now, r, f, r.Bucket.Capacity, member, proto)
-				c.Limit = max(c.Unit, c.Limit-SatMul(owed, c.Unit))
-				c.member = member
-				mc := proto
-				mc.Amount = units
-				charges = append(charges, c, memberCharge(mc, member))
-				continue
-			}
-			charges = append(charges, c)
-		case r.IsBudget() && r.FairShare != nil:
-			proto := memberProto(now, r, m.child, KindCost, r.MaxCost)
-			member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
-			c := r.newCharge(now, m.child, KindCost, max(1, l.fairLimit(now, r, r.FairShare, r.MaxCost, member, proto)), 0)
-			c.Amount, c.member = cost, member
-			charges = append(charges, c, memberCharge(c, member))
-			tokens = tokens || cost > 0
-		case r.IsBudget():
-			add(m, KindCost, r.MaxCost, cost)
-			tokens = tokens || cost > 0
-		case r.Period == Concurrent && r.FairShare != nil:
-			if !req.UserPathOnly && r.MaxRequests > 0 {
-				proto := memberProto(now, r, m.child, KindInFlight, r.MaxRequests)
-				member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
-				c := r.newCharge(now, m.child, KindInFlight, max(1, l.fairLimit(now, r, r.FairShare, r.MaxRequests, member, proto)), 0)
-				c.Amount, c.member = 1, member
-				charges = append(charges, c, memberCharge(c, member))
-				inFlight = true
-			}
-		case r.Period == Concurrent:
-			if !req.UserPathOnly && r.MaxRequests > 0 {
-				add(m, KindInFlight, r.MaxRequests, 1)
-				inFlight = true
-			}
-		case r.FairShare != nil:
-			// The primary dimension shares fairly: its ceiling is the
-			// limit less what the other members are owed, and the
-			// member's own counter is charged beside it.
-			kind, limit, amount := KindRequests, r.MaxRequests, int64(1)
-			if limit <= 0 {
-				kind, limit, amount = KindTokens, r.MaxTokens, tok
-			}
-			proto := memberProto(now, r, m.child, kind, limit)
-			member := l.fairMemberOf(now, r, r.FairShare.member(r.Rule, req.Subject, req.Class), proto)
-			c := r.newCharge(now, m.child, kind, max(1, l.fairLimit(now, r, r.FairShare, limit, member, proto)), 0)
-			c.Amount, c.member = amount, member
-			if kind == KindTokens && r.Quota == QuotaBedrock {
-				c.Burndown = burndown
-			}
-			charges = append(charges, c, memberCharge(c, member))
-			if kind == KindRequests {
-				add(m, KindTokens, r.MaxTokens, tok)
-			}
-			add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
-			add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
-			tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
-		default:
-			add(m, KindRequests, r.MaxRequests, 1)
-			add(m, KindTokens, r.MaxTokens, tok)
-			add(m, KindInputTokens, r.MaxInputTokens, req.InputTokens)
-			add(m, KindOutputTokens, r.MaxOutputTokens, req.OutputTokens)
-			tokens = tokens || r.MaxTokens > 0 || r.MaxInputTokens > 0 || r.MaxOutputTokens > 0
-		}
-	}
-	for i := range charges {
-		if charges[i].Counter.Kind == KindCost {
-			charges[i].settleWait = l.settleWait
-		}
-	}
-	if !inFlight && (!tokens || req.UserPathOnly) {
-		return charges, nil
-	}
-	return charges, &Lease{
-		ID:         req.ID,
-		AdmittedAt: now,
-		ExpiresAt:  now.Add(cmp.Or(req.LeaseTTL, l.leaseTTL)),
-		UserPath:   req.UserPath,
-		Provider:   req.Provider,
-		Model:      req.Model,
-		Route:      req.Route,
-		Key:        req.Key,
-		Reserved:   Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens},
-		Price:      req.Price,
-		Charges:    charges,
-	}
-}
-
-func (r *rule) dimensions() int {
-	if r.Bucket != nil || r.IsBudget() {
-		return 1
-	}
-	n := 0
-	for _, v := range [...]int64{r.MaxRequests, r.MaxTokens, r.MaxInputTokens, r.MaxOutputTokens} {
-		if v > 0 {
-			n++
-		}
-	}
-	return n
-}
-
-func (r *rule) shards() int { return max(r.Shards, 1) }
-
 // limitOf returns the rule's whole limit in a dimension.
-func (r *rule) limitOf(k Kind) int64 {
-	if r.Bucket != nil {
-		return r.Bucket.Capacity
-	}
-	switch k {
-	case KindCost:
-		return r.MaxCost
-	case KindTokens:
-		return r.MaxTokens
-	case KindInputTokens:
-		return r.MaxInputTokens
-	case KindOutputTokens:
-		return r.MaxOutputTokens
-	}
-	return r.MaxRequests
-}
+func (r *rule) limitOf(k Kind) int64 { return r.Limit.limitOf(k) }
 
 // setShard points c at shard k of n, with that shard's share of limit: the
 // shares add up to the limit exactly.
@@ -517,7 +329,7 @@ func onlyShardsRefused(charges []Charge, states []State) bool {
 // state s if nothing else arrived.
 func waitFor(now time.Time, c *Charge, s State) (time.Duration, bool) {
 	switch {
-	case c.Period == Concurrent:
+	case c.IsGauge():
 		return InFlightRetry, c.Amount <= c.Limit
 	case c.Shape == ShapeBucket:
 		return bucketWait(now, s.Cur, c.Limit, c.Amount)
@@ -707,7 +519,7 @@ func budgetQuotaOf(c *Charge, s State) BudgetQuota {
 func quotaOf(now time.Time, c *Charge, r *rule, s State) Quota {
 	q := Quota{Limit: r.limitOf(c.Counter.Kind)}
 	switch {
-	case c.Period == Concurrent:
+	case c.IsGauge():
 		q.Remaining = max(0, c.Limit-s.Cur)
 	case c.Shape == ShapeBucket:
 		debt := bucketDebt(now, s.Cur)

@@ -46,17 +46,17 @@ func admit(t testing.TB, l *limiter.Limiter, now time.Time, r limiter.Request) l
 }
 
 func userRule(path string, period time.Duration, maxReq, maxTok int64) limiter.Rule {
-	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: path, Period: period, MaxRequests: maxReq, MaxTokens: maxTok}
+	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: path, Limit: limiter.Window{Period: period, MaxRequests: maxReq, MaxTokens: maxTok}}
 }
 
 func TestMatching(t *testing.T) {
 	rules := []limiter.Rule{
 		userRule("/team", limiter.Minute, 1, 0),
 		userRule("/", limiter.Hour, 1000, 0),
-		{Scope: limiter.ScopeUserPath, Subject: "/Customers", Period: limiter.Minute, MaxRequests: 1, PerChild: true},
-		{Scope: limiter.ScopeProvider, Subject: "OpenAI-EU", Period: limiter.Minute, MaxRequests: 1},
-		{Scope: limiter.ScopeModel, Subject: "openai-eu/gpt-4o", Period: limiter.Minute, MaxRequests: 1},
-		{Scope: limiter.ScopeModel, Subject: "claude-3", Period: limiter.Minute, MaxRequests: 1},
+		{Scope: limiter.ScopeUserPath, Subject: "/Customers", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}, PerChild: true},
+		{Scope: limiter.ScopeProvider, Subject: "OpenAI-EU", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}},
+		{Scope: limiter.ScopeModel, Subject: "openai-eu/gpt-4o", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}},
+		{Scope: limiter.ScopeModel, Subject: "claude-3", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}},
 	}
 	tests := []struct {
 		name                  string
@@ -104,7 +104,7 @@ func TestMatching(t *testing.T) {
 }
 
 func TestPerChildKeepsSpellingAndSeparatesChildren(t *testing.T) {
-	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/customers", Period: limiter.Minute, MaxRequests: 2, PerChild: true})
+	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/customers", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 2}, PerChild: true})
 	for _, p := range []string{"/customers/alice", "/customers/alice/app"} {
 		if d := admit(t, l, t0, request(p, "", "")); !d.Allowed {
 			t.Fatalf("%s refused", p)
@@ -287,11 +287,19 @@ func TestRequestLargerThanLimit(t *testing.T) {
 
 func TestConcurrency(t *testing.T) {
 	ctx := context.Background()
-	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 2})
+	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Gauge{MaxInFlight: 2}})
 	d1 := admit(t, l, t0, request("/", "openai", "gpt-4o"))
 	d2 := admit(t, l, t0, request("/", "openai", "gpt-4o"))
 	if !d1.Allowed || !d2.Allowed || d1.Lease == nil {
 		t.Fatal("the first two in-flight requests must be admitted with leases")
+	}
+	if !d1.Lease.HoldsSlots() {
+		t.Fatal("a gauge's lease does not hold its slot")
+	}
+	var none *limiter.Lease
+	reservation := &limiter.Lease{Charges: []limiter.Charge{{Counter: limiter.Counter{Kind: limiter.KindTokens}}}}
+	if none.HoldsSlots() || reservation.HoldsSlots() {
+		t.Fatal("a nil lease, or one reserving tokens only, holds a slot")
 	}
 	d3 := admit(t, l, t0, request("/", "openai", "gpt-4o"))
 	if d3.Allowed {
@@ -311,7 +319,7 @@ func TestConcurrency(t *testing.T) {
 	}
 	// Batch submissions hold no slot.
 	batch := request("/", "openai", "gpt-4o")
-	batch.UserPathOnly = true
+	batch.ConsumerOnly = true
 	if d := admit(t, l, t0, batch); !d.Allowed || d.Lease != nil {
 		t.Fatalf("batch submission: allowed=%v lease=%v, want allowed without a lease", d.Allowed, d.Lease)
 	}
@@ -319,12 +327,12 @@ func TestConcurrency(t *testing.T) {
 
 func TestBatchSkipsProviderAndModelRules(t *testing.T) {
 	l := newLimiter(t,
-		limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Minute, MaxRequests: 1},
+		limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}},
 		userRule("/b", limiter.Minute, 2, 0),
 	)
 	for i := range 3 {
 		r := request("/b", "openai", "gpt-4o")
-		r.UserPathOnly = true
+		r.ConsumerOnly = true
 		d := admit(t, l, t0, r)
 		if got, want := d.Allowed, i < 2; got != want {
 			t.Fatalf("batch %d: admitted=%v, want %v (user-path rule only)", i, got, want)
@@ -363,7 +371,7 @@ func TestRefusalNamesBindingRule(t *testing.T) {
 	)
 	admit(t, l, t0, request("/t", "", ""))
 	d := admit(t, l, t0.Add(time.Second), request("/t", "", ""))
-	if d.Allowed || d.Refused.Rule.Period != limiter.Day {
+	if d.Allowed || d.Refused.Rule.Limit.(limiter.Window).Period != limiter.Day {
 		t.Fatalf("refusal by %+v, want the day rule", d.Refused)
 	}
 	if d.Refused.RetryAfter != 2*limiter.Day-time.Second {
@@ -420,9 +428,9 @@ func TestNewRulesReportsEveryProblem(t *testing.T) {
 		userRule("/ok", limiter.Minute, 1, 0),
 		userRule("/OK", limiter.Minute, 2, 0), // duplicate: case folded
 		userRule("/bad//path", limiter.Minute, 1, 0),
-		{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Minute, MaxRequests: -1, PerChild: true},
-		{Scope: limiter.ScopeUserPath, Subject: "/c", Period: limiter.Concurrent, MaxTokens: 5},
-		{Scope: limiter.ScopeUserPath, Subject: "/p", Period: 1500 * time.Millisecond, MaxRequests: 1},
+		{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: -1}, PerChild: true},
+		{Scope: limiter.ScopeUserPath, Subject: "/c", Limit: limiter.Gauge{MaxInFlight: 2500}},
+		{Scope: limiter.ScopeUserPath, Subject: "/p", Limit: limiter.Window{Period: 1500 * time.Millisecond, MaxRequests: 1}},
 	})
 	if err == nil {
 		t.Fatal("accepted")
@@ -432,7 +440,7 @@ func TestNewRulesReportsEveryProblem(t *testing.T) {
 		"rule 2 (/bad//path minute): user_path: user path \"/bad//path\" has an empty segment",
 		"per_child: only user_path rules can be per child",
 		"max_requests: negative limit -1",
-		"a concurrent rule limits requests in flight, not tokens",
+		"max_requests: 2500 in flight is more than 1000 per shard; set shards to at least 3",
 		"period_seconds: 1.5s is not a whole number of seconds",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -444,7 +452,7 @@ func TestNewRulesReportsEveryProblem(t *testing.T) {
 func TestShardedRuleHoldsExactly(t *testing.T) {
 	// A provider rule of 10/minute over 4 shards: never more than 10
 	// admitted, and refusals only once every shard is full.
-	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Period: limiter.Minute, MaxRequests: 10, Shards: 4})
+	l := newLimiter(t, limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 10}, Shards: 4})
 	n := 0
 	for range 40 {
 		if admit(t, l, t0, request("/", "hot", "m")).Allowed {
@@ -466,8 +474,8 @@ func TestShardedRuleHoldsExactly(t *testing.T) {
 func TestUsage(t *testing.T) {
 	l := newLimiter(t,
 		userRule("/u", limiter.Minute, 10, 100),
-		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/u", Period: limiter.Concurrent, MaxRequests: 3},
-		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/kids", Period: limiter.Minute, MaxRequests: 3, PerChild: true},
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/u", Limit: limiter.Gauge{MaxInFlight: 3}},
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/kids", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 3}, PerChild: true},
 	)
 	r := request("/u/app", "", "")
 	r.InputTokens = 30
@@ -501,7 +509,7 @@ func TestUsage(t *testing.T) {
 // window of the new layout carries the old one's count.
 func TestShardsChangeOnLiveRule(t *testing.T) {
 	store := memstore.New()
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Period: limiter.Minute, MaxRequests: 100}
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 100}}
 	rs, _ := limiter.NewRules([]limiter.Rule{rule})
 	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
 	count := func(at time.Time, n int) int {
@@ -573,7 +581,7 @@ func TestShardsChangeOnLiveRule(t *testing.T) {
 // leave of the limit, until they are given back.
 func TestConcurrencyShardsChange(t *testing.T) {
 	store := memstore.New()
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Period: limiter.Concurrent, MaxRequests: 4}
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Limit: limiter.Gauge{MaxInFlight: 4}}
 	rs, _ := limiter.NewRules([]limiter.Rule{rule})
 	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
 	var held []*limiter.Lease

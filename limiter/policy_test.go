@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -86,7 +87,7 @@ func TestCalendarBounds(t *testing.T) {
 // says so in dollars.
 func TestBudgetRefusalWaitsForThePeriod(t *testing.T) {
 	berlin := mustLoad(t, "Europe/Berlin")
-	budget := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: 5_000_000, Calendar: limiter.CalendarMonth, Location: berlin}
+	budget := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Budget{MaxCost: 5_000_000, Calendar: limiter.CalendarMonth, Location: berlin}}
 	l := newLimiter(t, budget)
 	price := limiter.Price{Input: 1_000_000, Output: 2_000_000}
 	// 23:00 UTC on 31 January is midnight in Berlin: a new month there.
@@ -183,7 +184,7 @@ func TestPriorityAndAlways(t *testing.T) {
 		t.Fatalf("/vip under an always rule of 50 admitted %d", n)
 	}
 	// Priority is per scope: a provider rule still applies.
-	prov := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Minute, MaxRequests: 20}
+	prov := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 20}}
 	l = newLimiter(t, catchAll, vip, prov)
 	if n := count(l, "/vip/app"); n != 20 {
 		t.Fatalf("/vip under a provider rule of 20 admitted %d", n)
@@ -213,10 +214,10 @@ func tagged(path string, tags string) limiter.Request {
 // Tags: a value, each value its own counter, or one total counter for the
 // tag whatever its value; keys: each key its own, or one key.
 func TestTagAndKeyScopes(t *testing.T) {
-	each := limiter.Rule{Scope: limiter.ScopeTag, Subject: "feature=*", PerChild: true, Period: limiter.Minute, MaxRequests: 2}
-	total := limiter.Rule{Scope: limiter.ScopeTag, Subject: "env", Period: limiter.Minute, MaxRequests: 3}
-	value := limiter.Rule{Scope: limiter.ScopeTag, Subject: "env=prod", Period: limiter.Minute, MaxRequests: 1}
-	eachTotal := limiter.Rule{Scope: limiter.ScopeTag, Subject: "feature", Period: limiter.Minute, MaxRequests: 100}
+	each := limiter.Rule{Scope: limiter.ScopeTag, Subject: "feature=*", PerChild: true, Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 2}}
+	total := limiter.Rule{Scope: limiter.ScopeTag, Subject: "env", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 3}}
+	value := limiter.Rule{Scope: limiter.ScopeTag, Subject: "env=prod", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}}
+	eachTotal := limiter.Rule{Scope: limiter.ScopeTag, Subject: "feature", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 100}}
 	l := newLimiter(t, each, total, eachTotal)
 	for _, f := range []string{"search", "chat"} {
 		for i := range 3 {
@@ -247,8 +248,8 @@ func TestTagAndKeyScopes(t *testing.T) {
 		t.Fatalf("refusal %+v", d.Refused)
 	}
 
-	eachKey := limiter.Rule{Scope: limiter.ScopeKey, Subject: limiter.EachKey, PerChild: true, Period: limiter.Minute, MaxRequests: 1}
-	oneKey := limiter.Rule{Scope: limiter.ScopeKey, Subject: "key_b", Period: limiter.Minute, MaxRequests: 5}
+	eachKey := limiter.Rule{Scope: limiter.ScopeKey, Subject: limiter.EachKey, PerChild: true, Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}}
+	oneKey := limiter.Rule{Scope: limiter.ScopeKey, Subject: "key_b", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 5}}
 	l = newLimiter(t, eachKey, oneKey)
 	keyed := func(k string) limiter.Request {
 		r := request("/a", "openai", "gpt-4o")
@@ -301,32 +302,47 @@ func TestPolicyRuleProblems(t *testing.T) {
 		rule limiter.Rule
 		want string
 	}{
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", MaxCost: 0, Calendar: limiter.CalendarDay}, "amount_usd"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", MaxCost: 1, Calendar: limiter.CalendarNone}, "period"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", MaxCost: limiter.MaxAmount + 1, Calendar: limiter.CalendarDay}, "largest budget"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", MaxCost: 1, Calendar: limiter.CalendarDay, MaxRequests: 5}, "money only"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Bucket: &limiter.Bucket{Capacity: 0, RefillPerSecond: 1}}, "capacity"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Bucket: &limiter.Bucket{Capacity: 5, RefillPerSecond: 0}}, "refill_per_second"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Bucket: &limiter.Bucket{Capacity: 5, RefillPerSecond: math.NaN()}}, "refill_per_second"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Bucket: &limiter.Bucket{Capacity: 1 << 40, RefillPerSecond: 1}}, "longer than"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Bucket: &limiter.Bucket{Capacity: 5, RefillPerSecond: 1}, MaxRequests: 3}, "not window limits"},
-		{limiter.Rule{Scope: limiter.ScopeTag, Subject: "a b", Period: limiter.Minute, MaxRequests: 1}, "tag"},
-		{limiter.Rule{Scope: limiter.ScopeTag, Subject: "env=prod", PerChild: true, Period: limiter.Minute, MaxRequests: 1}, "each value"},
-		{limiter.Rule{Scope: limiter.ScopeKey, Subject: "*", Period: limiter.Minute, MaxRequests: 1}, "key: each"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Minute, MaxRequests: 1, Priority: 5000}, "priority"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Minute, MaxRequests: 1, Shards: 4, Shadow: true}, "shadow"},
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Minute, MaxRequests: 1, Shards: 4, Window: limiter.WindowFixed}, "sharded"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Budget{MaxCost: 0, Calendar: limiter.CalendarDay}}, "amount_usd"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Budget{MaxCost: 1, Calendar: limiter.CalendarNone}}, "period"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Budget{MaxCost: limiter.MaxAmount + 1, Calendar: limiter.CalendarDay}}, "largest budget"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Bucket{Capacity: 0, RefillPerSecond: 1}}, "capacity"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Bucket{Capacity: 5, RefillPerSecond: 0}}, "refill_per_second"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Bucket{Capacity: 5, RefillPerSecond: math.NaN()}}, "refill_per_second"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Bucket{Capacity: 1 << 40, RefillPerSecond: 1}}, "longer than"},
+		{limiter.Rule{Scope: limiter.ScopeTag, Subject: "a b", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}}, "tag"},
+		{limiter.Rule{Scope: limiter.ScopeTag, Subject: "env=prod", PerChild: true, Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}}, "each value"},
+		{limiter.Rule{Scope: limiter.ScopeKey, Subject: "*", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}}, "key: each"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}, Priority: 5000}, "priority"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 1}, Shards: 4, Shadow: true}, "shadow"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: limiter.Minute, Fixed: true, MaxRequests: 1}, Shards: 4}, "sharded"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Budget{MaxCost: 1, Calendar: limiter.CalendarDay}, Shards: 2}, "shards: a budget cannot be sharded"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Budget{MaxCost: 1, Calendar: limiter.CalendarDay}, Always: true}, "budgets always apply"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Bucket{Capacity: 5, RefillPerSecond: 1}, Shards: 2}, "shards: a bucket cannot be sharded"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Bucket{Capacity: 5, RefillPerSecond: 1}, Priority: -2000}, "priority"},
 	} {
 		err := tc.rule.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error about %s", tc.rule, err, tc.want)
 		}
 	}
+	// A budget has no request limit, a bucket no window limits: a writer
+	// that takes them in one form says so (limiter.Misplaced).
+	for _, tc := range []struct {
+		on   limiter.Limit
+		want string
+	}{
+		{limiter.Budget{}, "amount_usd: a budget limits money only"},
+		{limiter.Bucket{}, "capacity: a bucket rule has a capacity and a refill, not window limits"},
+	} {
+		if err := errors.Join(limiter.Misplaced(limiter.Window{MaxRequests: 3}, tc.on)...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("max_requests on %T: %v, want %q", tc.on, err, tc.want)
+		}
+	}
 	// A budget, a bucket and a window on one subject are three rules.
 	rs, err := limiter.NewRules([]limiter.Rule{
-		{Scope: limiter.ScopeUserPath, Subject: "/t", Period: limiter.Day, MaxRequests: 1},
-		{Scope: limiter.ScopeUserPath, Subject: "/t", MaxCost: 1, Calendar: limiter.CalendarDay},
-		{Scope: limiter.ScopeUserPath, Subject: "/t", Bucket: &limiter.Bucket{Capacity: 1, RefillPerSecond: 1}},
+		{Scope: limiter.ScopeUserPath, Subject: "/t", Limit: limiter.Window{Period: limiter.Day, MaxRequests: 1}},
+		{Scope: limiter.ScopeUserPath, Subject: "/t", Limit: limiter.Budget{MaxCost: 1, Calendar: limiter.CalendarDay}},
+		{Scope: limiter.ScopeUserPath, Subject: "/t", Limit: limiter.Bucket{Capacity: 1, RefillPerSecond: 1}},
 	})
 	if err != nil || rs.Len() != 3 {
 		t.Fatalf("%v", err)
@@ -362,8 +378,8 @@ func TestParseUSD(t *testing.T) {
 func TestBillExactlyOnce(t *testing.T) {
 	rules := []limiter.Rule{
 		userRule("/team", limiter.Day, 5, 1000),
-		{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: 1_000_000, Calendar: limiter.CalendarDay},
-		{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 1}},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Budget{MaxCost: 1_000_000, Calendar: limiter.CalendarDay}},
+		{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 1}},
 	}
 	l := newLimiter(t, rules...)
 	s := limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"}

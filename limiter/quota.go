@@ -47,25 +47,21 @@ func ParseQuota(s string) (QuotaArithmetic, error) {
 	return 0, fmt.Errorf("unknown quota %q (want standard or bedrock)", s)
 }
 
-// quotaProblems lists what is wrong with a rule's quota: Bedrock's
-// arithmetic is for the token windows of provider and model rules.
-func (r Rule) quotaProblems() []error {
+// quotaProblems lists what is wrong with a window's quota on a rule of
+// scope: Bedrock's arithmetic is for the token windows of provider and
+// model rules.
+func (w Window) quotaProblems(scope Scope) []error {
 	switch {
-	case r.Quota == QuotaStandard:
+	case w.Quota == QuotaStandard:
 		return nil
-	case r.Quota > QuotaBedrock:
-		return []error{fmt.Errorf("quota: unknown quota %d", r.Quota)}
+	case w.Quota > QuotaBedrock:
+		return []error{fmt.Errorf("quota: unknown quota %d", w.Quota)}
 	}
 	var errs []error
-	if r.Scope != ScopeProvider && r.Scope != ScopeModel {
-		errs = append(errs, fmt.Errorf("quota: bedrock counts an upstream's quota: only provider and model rules take it, not %s rules", r.Scope))
+	if scope != ScopeProvider && scope != ScopeModel {
+		errs = append(errs, fmt.Errorf("quota: bedrock counts an upstream's quota: only provider and model rules take it, not %s rules", scope))
 	}
-	switch {
-	case r.Bucket != nil || r.IsBudget():
-		errs = append(errs, errors.New("quota: bedrock is for token windows, not buckets or budgets"))
-	case r.Period == Concurrent:
-		errs = append(errs, errors.New("quota: bedrock is for token windows, not concurrency rules"))
-	case r.MaxTokens == 0:
+	if w.MaxTokens == 0 {
 		errs = append(errs, errors.New("quota: bedrock changes how max_tokens counts; set max_tokens"))
 	}
 	return errs

@@ -16,8 +16,7 @@ const claude = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 // bedrockRule is a Claude model rule at Bedrock's quota: 60,000 tokens a
 // minute.
 func bedrockRule() limiter.Rule {
-	return limiter.Rule{Scope: limiter.ScopeModel, Subject: "bedrock/" + claude, Period: limiter.Minute, MaxTokens: 60_000,
-		Quota: limiter.QuotaBedrock}
+	return limiter.Rule{Scope: limiter.ScopeModel, Subject: "bedrock/" + claude, Limit: limiter.Window{Period: limiter.Minute, MaxTokens: 60_000, Quota: limiter.QuotaBedrock}}
 }
 
 func bedrockRequest(id string) limiter.Request {
@@ -145,7 +144,9 @@ func TestBedrockQuotaReleasesCacheReads(t *testing.T) {
 // burndown, and the refund is taken from the parts, none below zero.
 func TestBedrockQuotaSharded(t *testing.T) {
 	r := bedrockRule()
-	r.MaxTokens, r.Shards = 8_000, 4 // 2,000 a shard: a 5,100 charge spans three
+	w := r.Limit.(limiter.Window)
+	w.MaxTokens, r.Shards = 8_000, 4 // 2,000 a shard: a 5,100 charge spans three
+	r.Limit = w
 	store := memstore.New()
 	rs, err := limiter.NewRules([]limiter.Rule{r})
 	if err != nil {
@@ -181,7 +182,7 @@ func TestBedrockQuotaExplained(t *testing.T) {
 	if len(ex.Rules) != 1 || ex.Rules[0].Amount != 5_100 || ex.Rules[0].Burndown != 5 {
 		t.Fatalf("explained %+v", ex.Rules)
 	}
-	std := newLimiter(t, limiter.Rule{Scope: limiter.ScopeModel, Subject: claude, Period: limiter.Minute, MaxTokens: 60_000})
+	std := newLimiter(t, limiter.Rule{Scope: limiter.ScopeModel, Subject: claude, Limit: limiter.Window{Period: limiter.Minute, MaxTokens: 60_000}})
 	ex, _ = std.Explain(context.Background(), t0, bedrockRequest("explain"))
 	if ex.Rules[0].Amount != 1_100 || ex.Rules[0].Burndown != 0 {
 		t.Fatalf("a standard rule explained %+v", ex.Rules)
@@ -213,14 +214,28 @@ func TestBedrockQuotaProblems(t *testing.T) {
 		rule limiter.Rule
 		want string
 	}{
-		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Minute, MaxTokens: 10, Quota: limiter.QuotaBedrock}, "only provider and model rules"},
-		{limiter.Rule{Scope: limiter.ScopeProvider, Subject: "bedrock", Period: limiter.Concurrent, MaxRequests: 10, Quota: limiter.QuotaBedrock}, "not concurrency rules"},
-		{limiter.Rule{Scope: limiter.ScopeProvider, Subject: "bedrock", Period: limiter.Minute, MaxRequests: 10, Quota: limiter.QuotaBedrock}, "set max_tokens"},
-		{limiter.Rule{Scope: limiter.ScopeProvider, Subject: "bedrock", Bucket: &limiter.Bucket{Tokens: true, Capacity: 10, RefillPerSecond: 1}, Quota: limiter.QuotaBedrock}, "not buckets"},
+		{limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: limiter.Minute, MaxTokens: 10, Quota: limiter.QuotaBedrock}}, "only provider and model rules"},
+		{limiter.Rule{Scope: limiter.ScopeProvider, Subject: "bedrock", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 10, Quota: limiter.QuotaBedrock}}, "set max_tokens"},
+		{limiter.Rule{Scope: limiter.ScopeProvider, Subject: "bedrock", Limit: limiter.Window{Period: limiter.Minute, MaxTokens: 10, Quota: limiter.QuotaBedrock + 1}}, "unknown quota"},
 	} {
 		err := tc.rule.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.rule.Describe(), err, tc.want)
+		}
+	}
+	// Only a window has a quota: on the other kinds a writer's quota
+	// field is misplaced.
+	for _, tc := range []struct {
+		on   limiter.Limit
+		want string
+	}{
+		{limiter.Gauge{}, "quota: bedrock is for token windows, not concurrency rules"},
+		{limiter.Bucket{Tokens: true}, "quota: bedrock is for token windows, not buckets or budgets"},
+		{limiter.Budget{}, "quota: bedrock is for token windows, not buckets or budgets"},
+	} {
+		errs := limiter.Misplaced(limiter.Window{Quota: limiter.QuotaBedrock}, tc.on)
+		if len(errs) != 1 || errs[0].Error() != tc.want {
+			t.Errorf("bedrock on %T: %v, want %q", tc.on, errs, tc.want)
 		}
 	}
 	for _, s := range []string{"", "standard", "bedrock"} {

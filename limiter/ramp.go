@@ -49,10 +49,12 @@ func (r Ramp) Due(s RampState, now time.Time) bool {
 	return s.Level <= 0 || s.Level < r.Max && !now.Before(s.At.Add(r.Every))
 }
 
-// Ramped returns the rule with its limits at level of its ramp: the ramped
-// dimension at level, the others scaled in proportion (rounded up).
+// Ramped returns the rule with its window's limits at level of its ramp:
+// the ramped dimension at level, the others scaled in proportion (rounded
+// up).
 func (r Rule) Ramped(level int64) Rule {
-	if r.Ramp == nil || level <= 0 || level >= r.Ramp.Max {
+	w, ok := r.Limit.(Window)
+	if r.Ramp == nil || !ok || level <= 0 || level >= r.Ramp.Max {
 		return r
 	}
 	scale := func(v int64) int64 {
@@ -61,13 +63,14 @@ func (r Rule) Ramped(level int64) Rule {
 		}
 		return max(1, mulDivCeil(v, level, r.Ramp.Max))
 	}
-	if r.MaxRequests > 0 {
-		r.MaxRequests = level
-		r.MaxTokens, r.MaxInputTokens, r.MaxOutputTokens = scale(r.MaxTokens), scale(r.MaxInputTokens), scale(r.MaxOutputTokens)
-		return r
+	if w.MaxRequests > 0 {
+		w.MaxRequests = level
+		w.MaxTokens, w.MaxInputTokens, w.MaxOutputTokens = scale(w.MaxTokens), scale(w.MaxInputTokens), scale(w.MaxOutputTokens)
+	} else {
+		w.MaxTokens = level
+		w.MaxInputTokens, w.MaxOutputTokens = scale(w.MaxInputTokens), scale(w.MaxOutputTokens)
 	}
-	r.MaxTokens = level
-	r.MaxInputTokens, r.MaxOutputTokens = scale(r.MaxInputTokens), scale(r.MaxOutputTokens)
+	r.Limit = w
 	return r
 }
 
@@ -94,14 +97,16 @@ func (r Rule) rampProblems() []error {
 	if r.Scope != ScopeProvider && r.Scope != ScopeModel {
 		errs = append(errs, errors.New("ramp: only provider and model rules ramp"))
 	}
-	if r.Bucket != nil || r.IsBudget() || r.Period == Concurrent {
+	w, window := r.Limit.(Window)
+	if !window {
 		errs = append(errs, errors.New("ramp: only request and token windows ramp"))
 	}
-	limit := r.MaxRequests
+	limit := w.MaxRequests
 	if limit <= 0 {
-		limit = r.MaxTokens
+		limit = w.MaxTokens
 	}
 	switch {
+	case !window:
 	case limit <= 0:
 		errs = append(errs, errors.New("ramp: the rule needs max_requests or max_tokens, which the ramp grows to"))
 	case p.Max < limit:

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,18 +41,22 @@ func TestRampOverSimulatedTime(t *testing.T) {
 		t.Fatal("a ramp at its maximum is never due")
 	}
 
-	rule := Rule{Scope: ScopeProvider, Subject: "openai", Period: Minute, MaxRequests: 600, MaxTokens: 60000,
+	rule := Rule{Scope: ScopeProvider, Subject: "openai", Limit: Window{Period: Minute, MaxRequests: 600, MaxTokens: 60000},
 		Ramp: &Ramp{Start: 60, Step: 60, Every: time.Minute, Max: 600}}
 	if err := rule.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := rule.Ramped(60); got.MaxRequests != 60 || got.MaxTokens != 6000 {
+	if got := rule.Ramped(60).Limit.(Window); got.MaxRequests != 60 || got.MaxTokens != 6000 || got.Period != Minute {
 		t.Fatalf("ramped to 60: %d requests, %d tokens", got.MaxRequests, got.MaxTokens)
 	}
-	if got := rule.Ramped(600); got.MaxRequests != 600 || got.MaxTokens != 60000 {
+	if got := rule.Ramped(600); got.Limit != rule.Limit {
 		t.Fatalf("at its max the rule is itself: %+v", got)
 	}
-	bad := Rule{Scope: ScopeUserPath, Subject: "/x", Period: Minute, MaxRequests: 9, Ramp: &Ramp{Start: 0, Step: 0, Every: 0, Max: 7}}
+	if g := (Rule{Scope: ScopeProvider, Subject: "openai", Limit: Gauge{MaxInFlight: 9}, Ramp: rule.Ramp}); g.Ramped(60).Limit != g.Limit ||
+		!strings.Contains(g.Validate().Error(), "ramp: only request and token windows ramp") {
+		t.Fatalf("a gauge ramped: %+v, %v", g.Ramped(60), g.Validate())
+	}
+	bad := Rule{Scope: ScopeUserPath, Subject: "/x", Limit: Window{Period: Minute, MaxRequests: 9}, Ramp: &Ramp{Start: 0, Step: 0, Every: 0, Max: 7}}
 	if n := len(bad.Problems()); n < 5 {
 		t.Fatalf("a bad ramp: %d problems, %v", n, bad.Problems())
 	}

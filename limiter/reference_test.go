@@ -72,7 +72,7 @@ func (ref *reference) admits(now time.Time, path, provider string, tokens int64)
 		if !ref.matches(r, path, provider) {
 			continue
 		}
-		if r.Period == limiter.Concurrent {
+		if g, gauge := r.Limit.(limiter.Gauge); gauge {
 			n := int64(0)
 			for _, e := range ref.admitted {
 				if ref.matches(r, e.path, e.provider) && !e.at.After(now) &&
@@ -80,12 +80,13 @@ func (ref *reference) admits(now time.Time, path, provider string, tokens int64)
 					n++
 				}
 			}
-			if n+1 > r.MaxRequests {
+			if n+1 > g.MaxInFlight {
 				return false
 			}
 			continue
 		}
-		T := int64(r.Period)
+		win := r.Limit.(limiter.Window)
+		T := int64(win.Period)
 		w := floorDiv(now.UnixNano(), T)
 		elapsed := now.UnixNano() - w*T
 		shards := max(r.Shards, 1)
@@ -139,10 +140,10 @@ func (ref *reference) admits(now time.Time, path, provider string, tokens int64)
 			}
 			return sum.Cmp(rat(amount)) >= 0
 		}
-		if r.MaxRequests > 0 && !fits(r.MaxRequests, 1, func(c counts) int64 { return c.prevReq }, func(c counts) int64 { return c.curReq }) {
+		if win.MaxRequests > 0 && !fits(win.MaxRequests, 1, func(c counts) int64 { return c.prevReq }, func(c counts) int64 { return c.curReq }) {
 			return false
 		}
-		if r.MaxTokens > 0 && !fits(r.MaxTokens, tokens, func(c counts) int64 { return c.prevTok }, func(c counts) int64 { return c.curTok }) {
+		if win.MaxTokens > 0 && !fits(win.MaxTokens, tokens, func(c counts) int64 { return c.prevTok }, func(c counts) int64 { return c.curTok }) {
 			return false
 		}
 	}
@@ -225,9 +226,9 @@ func checkAgainstReference(t *testing.T, seed uint64, steps int, oddAmount int64
 	rules := []limiter.Rule{
 		userRule("/", 7*time.Second, 4+rng.Int64N(6), 0),
 		userRule("/a", limiter.Minute, 3+rng.Int64N(8), 200+rng.Int64N(800)),
-		{Scope: limiter.ScopeUserPath, Subject: "/a/b", Period: limiter.Concurrent, MaxRequests: 1 + rng.Int64N(3)},
-		{Scope: limiter.ScopeProvider, Subject: "p1", Period: 13 * time.Second, MaxRequests: 2 + rng.Int64N(5), MaxTokens: 300 + rng.Int64N(300)},
-		{Scope: limiter.ScopeProvider, Subject: sharded, Period: 11 * time.Second, MaxRequests: 4 + rng.Int64N(6), MaxTokens: 200 + rng.Int64N(400),
+		{Scope: limiter.ScopeUserPath, Subject: "/a/b", Limit: limiter.Gauge{MaxInFlight: 1 + rng.Int64N(3)}},
+		{Scope: limiter.ScopeProvider, Subject: "p1", Limit: limiter.Window{Period: 13 * time.Second, MaxRequests: 2 + rng.Int64N(5), MaxTokens: 300 + rng.Int64N(300)}},
+		{Scope: limiter.ScopeProvider, Subject: sharded, Limit: limiter.Window{Period: 11 * time.Second, MaxRequests: 4 + rng.Int64N(6), MaxTokens: 200 + rng.Int64N(400)},
 			Shards: 2 + rng.IntN(3)},
 	}
 	store := memstore.New()

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Shape is how a charge's counter counts. A gauge (Period == Concurrent)
-// has ShapeSliding's zero value and no window.
+// Shape is how a charge's counter counts. A gauge's charge (KindInFlight,
+// Charge.IsGauge) has ShapeSliding's zero value and no window.
 type Shape uint8
 
 const (
@@ -27,31 +27,24 @@ const (
 	ShapeBucket
 )
 
-// Window says how a windowed rule counts.
-type Window uint8
+// ParseWindow reads how a window counts, as config writes it: "sliding"
+// (or "") by the sliding estimate, "fixed" in fixed windows.
+func ParseWindow(s string) (fixed bool, err error) {
+	switch s {
+	case "", "sliding":
+		return false, nil
+	case "fixed":
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown window %q (want sliding or fixed)", s)
+}
 
-const (
-	WindowSliding Window = iota // the sliding estimate (default)
-	WindowFixed                 // fixed windows aligned to the Unix epoch
-)
-
-// String returns the window's name in config.
-func (w Window) String() string {
-	if w == WindowFixed {
+// Counting names how w counts, as ParseWindow reads it.
+func (w Window) Counting() string {
+	if w.Fixed {
 		return "fixed"
 	}
 	return "sliding"
-}
-
-// ParseWindow is the inverse of Window.String; "" is sliding.
-func ParseWindow(s string) (Window, error) {
-	switch s {
-	case "", "sliding":
-		return WindowSliding, nil
-	case "fixed":
-		return WindowFixed, nil
-	}
-	return 0, fmt.Errorf("unknown window %q (want sliding or fixed)", s)
 }
 
 // Calendar is a budget's period: calendar-aligned in the budget's time
@@ -155,17 +148,6 @@ func (c Calendar) Bounds(now time.Time, loc *time.Location) (start, end time.Tim
 	return start, end
 }
 
-// Bucket makes a rule a token bucket: it holds Capacity units and refills
-// RefillPerSecond of them each second, so a burst of Capacity passes at
-// once and then RefillPerSecond a second.
-type Bucket struct {
-	// Tokens makes the bucket count tokens (input + output, reserved and
-	// settled like a token window); otherwise it counts requests.
-	Tokens          bool
-	Capacity        int64
-	RefillPerSecond float64
-}
-
 // maxBucketRefill bounds a bucket's time to refill from empty, so that
 // its counter's arithmetic (nanoseconds of refill) stays within
 // MaxAmount.
@@ -183,7 +165,8 @@ func (b Bucket) Interval() time.Duration {
 // fill is the bucket's capacity in nanoseconds of refill.
 func (b Bucket) fill() int64 { return SatMul(b.Capacity, int64(b.Interval())) }
 
-func (b Bucket) problems() []error {
+// ownProblems checks the bucket's capacity and refill.
+func (b Bucket) ownProblems() []error {
 	var errs []error
 	if b.Capacity < 1 || b.Capacity > MaxAmount {
 		errs = append(errs, fmt.Errorf("capacity: %d is outside 1..%d", b.Capacity, MaxAmount))

@@ -23,6 +23,7 @@ type spread struct {
 // shardGroup is every shard of one rule's counter in one window.
 type shardGroup struct {
 	base   Counter // shard 0
+	gauge  bool
 	period time.Duration
 	owner  *rule
 	limits []int64 // each shard's share
@@ -54,7 +55,7 @@ func (l *Limiter) readShards(ctx context.Context, now time.Time, charges []Charg
 		}
 		r := c.owner
 		n := layoutOf(c.Counter)
-		g := &shardGroup{base: c.Counter, period: c.Period, owner: r, limits: make([]int64, n)}
+		g := &shardGroup{base: c.Counter, gauge: c.IsGauge(), period: c.Period, owner: r, limits: make([]int64, n)}
 		g.base.Shard = 0
 		for k := range n {
 			rc := r.newCharge(now, c.Counter.Child, c.Counter.Kind, r.limitOf(c.Counter.Kind), k)
@@ -85,7 +86,7 @@ func (g *shardGroup) roomOf(now time.Time, k int, d time.Duration) int64 {
 func (g *shardGroup) signedRoom(now time.Time, k int, d time.Duration) int64 {
 	st := g.states[k]
 	limit := g.limits[k]
-	if g.period == Concurrent {
+	if g.gauge {
 		return limit - max(st.Cur, 0)
 	}
 	T := g.period
@@ -118,7 +119,7 @@ func (g *shardGroup) wait(now time.Time, amount int64) (time.Duration, bool) {
 	if amount > g.owner.limitOf(g.base.Kind) {
 		return 0, false
 	}
-	if g.period == Concurrent {
+	if g.gauge {
 		return InFlightRetry, true
 	}
 	if g.room(now, 0) >= amount {

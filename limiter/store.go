@@ -60,6 +60,7 @@ type Counter struct {
 	Shards int
 	// Window is the window's index since the Unix epoch, or for a
 	// calendar period its start in Unix seconds; 0 for gauges and buckets.
+	// (Stored counters are named by it: its meaning per kind is fixed.)
 	Window int64
 }
 
@@ -76,7 +77,7 @@ func (c Counter) Previous() Counter {
 // so for every other shape that is value + Amount.
 type Charge struct {
 	Counter Counter
-	// Period is the window length; Concurrent for KindInFlight. For a
+	// Period is the window length; 0 for a gauge's (KindInFlight). For a
 	// calendar period or a bucket it is the longest the counter counts
 	// for, which only expiries use.
 	Period time.Duration
@@ -129,9 +130,13 @@ func (c *Charge) Owner() (Rule, bool) {
 // false for a rule's own charges.
 func (c *Charge) Member() (string, bool) { return c.member, c.fairMember }
 
+// IsGauge reports whether the charge takes a slot of a gauge (KindInFlight):
+// held by its lease, given back at completion or expiry, with no window.
+func (c *Charge) IsGauge() bool { return c.Counter.Kind == KindInFlight }
+
 // Sliding reports whether the charge's counter is read with its previous
 // window's count.
-func (c *Charge) Sliding() bool { return c.Period != Concurrent && c.Shape == ShapeSliding }
+func (c *Charge) Sliding() bool { return !c.IsGauge() && c.Shape == ShapeSliding }
 
 // PrevOf returns the previous window's count of c from the counts of its
 // PrevFrom counters (in order): their sum times PrevShare, rounded up.
@@ -165,7 +170,7 @@ func (c *Charge) PrevOf(counts []int64) int64 {
 // the count with the real ceiling afterwards.
 func (c *Charge) Ceiling(prev int64, now time.Time) int64 {
 	if c.shadow {
-		if c.Period == Concurrent {
+		if c.IsGauge() {
 			return MaxSlotsPerShard - c.Amount
 		}
 		return math.MaxInt64 - c.Amount
@@ -176,7 +181,7 @@ func (c *Charge) Ceiling(prev int64, now time.Time) int64 {
 // ceiling is Ceiling for the rule's real limit.
 func (c *Charge) ceiling(prev int64, now time.Time) int64 {
 	switch {
-	case c.Period == Concurrent, c.Shape == ShapeFixed:
+	case c.IsGauge(), c.Shape == ShapeFixed:
 		return c.Limit - c.Amount
 	case c.Shape == ShapeBucket:
 		return bucketCeiling(c.Floor, c.Limit, c.Amount)
@@ -190,7 +195,7 @@ func (c *Charge) ceiling(prev int64, now time.Time) int64 {
 // gauges.
 func (c *Charge) WindowEnd() time.Time {
 	switch {
-	case c.Period == Concurrent:
+	case c.IsGauge():
 		return time.Time{}
 	case c.Shape == ShapeBucket:
 		return time.Unix(0, SatAdd(c.Floor, SatAdd(c.Limit, c.Amount)))
@@ -248,6 +253,13 @@ type Lease struct {
 	// Charges lists every counter the request charged; Settle uses the token
 	// counters among them, release the in-flight ones.
 	Charges []Charge
+}
+
+// HoldsSlots reports whether the lease holds in-flight slots (a gauge's
+// charge): slots its completion or expiry gives back and its renewals
+// keep. A nil lease holds none.
+func (l *Lease) HoldsSlots() bool {
+	return l != nil && slices.ContainsFunc(l.Charges, func(c Charge) bool { return c.Counter.Kind == KindInFlight })
 }
 
 // Usage is a count of tokens.

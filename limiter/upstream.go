@@ -25,7 +25,7 @@ const UpstreamReportEvery = 5 * time.Second
 // model rule on the model (at that provider, or on any), counting a
 // window of one minute, the period the upstreams report.
 func (r Rule) ReportedFor(provider, model string) bool {
-	if r.Bucket != nil || r.IsBudget() || r.Period != Minute || r.PerChild {
+	if w, ok := r.Limit.(Window); !ok || w.Period != Minute || r.PerChild {
 		return false
 	}
 	switch r.Scope {
@@ -41,24 +41,31 @@ func (r Rule) ReportedFor(provider, model string) bool {
 // r, a rule ReportedFor the report's model, allows more than the upstream
 // reports it enforces.
 func (r Rule) AboveReport(rep UpstreamReport) []string {
+	w, _ := r.Limit.(Window)
 	var out []string
-	if rep.LimitRequests > 0 && r.MaxRequests > rep.LimitRequests {
+	if rep.LimitRequests > 0 && w.MaxRequests > rep.LimitRequests {
 		out = append(out, "requests")
 	}
-	if rep.LimitTokens > 0 && r.MaxTokens > rep.LimitTokens {
+	if rep.LimitTokens > 0 && w.MaxTokens > rep.LimitTokens {
 		out = append(out, "tokens")
 	}
 	return out
 }
 
-// Adapted returns rule r with its limits lowered to what the upstream
-// reports it enforces, never raised above what r configures.
+// Adapted returns rule r with its window's limits lowered to what the
+// upstream reports it enforces, never raised above what r configures; a
+// rule of another kind is returned as it is.
 func (r Rule) Adapted(rep UpstreamReport) Rule {
-	if rep.LimitRequests > 0 && r.MaxRequests > rep.LimitRequests {
-		r.MaxRequests = rep.LimitRequests
+	w, ok := r.Limit.(Window)
+	if !ok {
+		return r
 	}
-	if rep.LimitTokens > 0 && r.MaxTokens > rep.LimitTokens {
-		r.MaxTokens = rep.LimitTokens
+	if rep.LimitRequests > 0 && w.MaxRequests > rep.LimitRequests {
+		w.MaxRequests = rep.LimitRequests
 	}
+	if rep.LimitTokens > 0 && w.MaxTokens > rep.LimitTokens {
+		w.MaxTokens = rep.LimitTokens
+	}
+	r.Limit = w
 	return r
 }

@@ -71,18 +71,7 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 	var reads []Charge
 	for _, m := range ms {
 		r := m.rule
-		kinds := []Kind{KindRequests, KindTokens, KindInputTokens, KindOutputTokens}
-		switch {
-		case r.Bucket != nil && r.Bucket.Tokens:
-			kinds = []Kind{KindTokens}
-		case r.Bucket != nil:
-			kinds = []Kind{KindRequests}
-		case r.IsBudget():
-			kinds = []Kind{KindCost}
-		case r.Period == Concurrent:
-			kinds = []Kind{KindInFlight}
-		}
-		for _, k := range kinds {
+		for _, k := range r.Limit.dimensions() {
 			limit := r.limitOf(k)
 			if limit <= 0 {
 				continue
@@ -107,35 +96,47 @@ func (l *Limiter) usage(ctx context.Context, now time.Time, ms []match) ([]RuleU
 		c := reads[i]
 		r := c.owner
 		if len(out) == 0 || out[len(out)-1].Rule.Key() != r.key || out[len(out)-1].Child != c.Counter.Child {
-			u := RuleUsage{Rule: r.Rule, Child: c.Counter.Child}
-			switch {
-			case r.IsBudget():
-				u.WindowStart, u.WindowEnd = r.Calendar.Bounds(now, r.Location)
-			case r.Period != Concurrent && r.Bucket == nil:
-				u.WindowStart = time.Unix(0, c.Counter.Window*int64(r.Period))
-				u.WindowEnd = u.WindowStart.Add(r.Period)
-			}
-			out = append(out, u)
+			out = append(out, ruleUsageAt(now, r, c))
 		}
 		n := layoutOf(c.Counter)
-		d := DimensionUsage{Kind: c.Counter.Kind, Limit: r.limitOf(c.Counter.Kind)}
-		for j := range n {
-			d.Used += states[i+j].Cur
-			d.Previous += states[i+j].Prev
-			d.Reserved += states[i+j].Reserved
-		}
-		switch {
-		case c.Shape == ShapeBucket:
-			q := quotaOf(now, &c, r, states[i])
-			d.Used, d.Remaining, d.Refill = d.Limit-q.Remaining, q.Remaining, q.Reset
-		case r.Period == Concurrent, c.Shape == ShapeFixed:
-			d.Remaining = max(0, d.Limit-d.Used)
-		default:
-			_, elapsed := windowAt(now, r.Period)
-			d.Remaining = slidingRemaining(d.Limit, d.Previous, d.Used, r.Period, elapsed)
-		}
-		out[len(out)-1].Dimensions = append(out[len(out)-1].Dimensions, d)
+		out[len(out)-1].Dimensions = append(out[len(out)-1].Dimensions, dimensionUsage(now, &c, states[i:i+n]))
 		i += n
 	}
 	return out, nil
+}
+
+// ruleUsageAt is rule r's usage, with no dimensions yet, in the window or
+// calendar period of its charge c: none for gauges and buckets.
+func ruleUsageAt(now time.Time, r *rule, c Charge) RuleUsage {
+	u := RuleUsage{Rule: r.Rule, Child: c.Counter.Child}
+	switch lim := r.Limit.(type) {
+	case Budget:
+		u.WindowStart, u.WindowEnd = lim.Calendar.Bounds(now, lim.Location)
+	case Window:
+		u.WindowStart = time.Unix(0, c.Counter.Window*int64(lim.Period))
+		u.WindowEnd = u.WindowStart.Add(lim.Period)
+	}
+	return u
+}
+
+// dimensionUsage is what the counter of charge c holds, summed over the
+// states of its shards.
+func dimensionUsage(now time.Time, c *Charge, shards []State) DimensionUsage {
+	d := DimensionUsage{Kind: c.Counter.Kind, Limit: c.owner.limitOf(c.Counter.Kind)}
+	for _, st := range shards {
+		d.Used += st.Cur
+		d.Previous += st.Prev
+		d.Reserved += st.Reserved
+	}
+	switch {
+	case c.Shape == ShapeBucket:
+		q := quotaOf(now, c, c.owner, shards[0])
+		d.Used, d.Remaining, d.Refill = d.Limit-q.Remaining, q.Remaining, q.Reset
+	case c.IsGauge(), c.Shape == ShapeFixed:
+		d.Remaining = max(0, d.Limit-d.Used)
+	default:
+		_, elapsed := windowAt(now, c.Period)
+		d.Remaining = slidingRemaining(d.Limit, d.Previous, d.Used, c.Period, elapsed)
+	}
+	return d
 }

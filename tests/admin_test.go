@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/functions/config"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
+	"github.com/tollgate/tollgate/limiter"
 )
 
 const master = "sk-tollgate-master-admin-test"
@@ -331,6 +332,19 @@ func TestAdminAPI(t *testing.T) {
 	if got := fields(body); s != 400 || !got["scope"] || !got["limit_key.period"] || !got["limit_key.size"] || !got["colour"] || !got["Shape"] || !got["max_requests"] {
 		t.Fatalf("invalid rule: %d %s", s, body)
 	}
+	// A gauge has no window, no tokens and no quota: a body that gives
+	// them is refused (a fixed window on a gauge once passed, and then
+	// divided by its zero period at the first request).
+	s, body = a.call(t, "POST", "/admin/rate-limits", master,
+		`{"scope":"provider","subject":"mock","limit_key":{"period":"concurrent"},"max_requests":2,"max_tokens":5,"window":"fixed","quota":"bedrock"}`)
+	if got := fields(body); s != 400 || !got["window"] || !got["max_tokens"] || !got["quota"] || len(got) != 3 {
+		t.Fatalf("a gauge with a window's fields: %d %s", s, body)
+	}
+	s, body = a.call(t, "POST", "/admin/rate-limits", master,
+		`{"user_path":"/b","limit_key":{"period":"bucket"},"capacity":5,"refill_per_second":1,"window":"fixed"}`)
+	if got := fields(body); s != 400 || !got["window"] || len(got) != 1 {
+		t.Fatalf("a bucket with a window: %d %s", s, body)
+	}
 	s, body = a.call(t, "PATCH", "/admin/rate-limits/user_path:/configured:minute", master, `{"max_requests":"ten"}`)
 	if s != 409 {
 		t.Fatalf("PATCH of a config rule with a bad body: %d %s", s, body)
@@ -507,7 +521,7 @@ func TestAdminRampAndFairShare(t *testing.T) {
 		!strings.Contains(string(body), `"max":1200`) || !strings.Contains(string(body), `"fair_share"`) {
 		t.Fatalf("patch: %d %s", s, body)
 	}
-	if r, ok := a.app.Limiter.Rules().Lookup("provider:mock:60"); !ok || r.Ramp == nil || r.FairShare == nil || r.MaxRequests != 60 {
+	if r, ok := a.app.Limiter.Rules().Lookup("provider:mock:60"); !ok || r.Ramp == nil || r.FairShare == nil || r.Limit.(limiter.Window).MaxRequests != 60 {
 		t.Fatalf("the limiter's rule %+v: want it ramped to 60 with its fair share", r)
 	}
 	if s, body := a.call(t, "POST", "/admin/budgets", master, `{"user_path":"/","period":"day","amount_usd":"100","fair_share":{"by":"child","weights":{"research":2}}}`); s != 201 ||

@@ -58,6 +58,7 @@ func BenchmarkAdmissionWhileAlerting(b *testing.B) {
 				r := httptest.NewRequest("POST", "/v1/chat/completions",
 					strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
 				r.Header.Set("Authorization", "Bearer "+master)
+				r.Header.Set("Content-Type", "application/json")
 				r.Header.Set("X-Tollgate-User-Path", path)
 				w := httptest.NewRecorder()
 				start := time.Now()

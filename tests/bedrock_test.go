@@ -405,7 +405,7 @@ func TestBedrockThrottleFailsOverAndCoolsDown(t *testing.T) {
 // reads each lease as DynamoDB recorded it, the burndown in its charge,
 // and settles it once, however often the records are read.
 func TestBedrockQuotaReconciledFromStream(t *testing.T) {
-	rule := limiter.Rule{Scope: limiter.ScopeModel, Subject: "bedrock/" + bedrockQuotaModel, Period: time.Minute, MaxTokens: 60_000, Quota: limiter.QuotaBedrock}
+	rule := limiter.Rule{Scope: limiter.ScopeModel, Subject: "bedrock/" + bedrockQuotaModel, Limit: limiter.Window{Period: time.Minute, MaxTokens: 60_000, Quota: limiter.QuotaBedrock}}
 	f := newReconcileFixture(t, rule)
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Minute).Add(5 * time.Second)
@@ -450,8 +450,7 @@ func TestBedrockQuotaReconciledFromStream(t *testing.T) {
 func TestBedrockQuotaClamp(t *testing.T) {
 	fake := bedrocktest.New(t, bedrockRegion)
 	p, _ := bedrock.New(bedrock.Config{Name: "bedrock", Endpoint: fake.URL, AWS: staticAWS})
-	rs, err := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeModel, Subject: "bedrock/" + bedrockQuotaModel, Period: time.Minute,
-		MaxTokens: 6_000, Quota: limiter.QuotaBedrock}})
+	rs, err := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeModel, Subject: "bedrock/" + bedrockQuotaModel, Limit: limiter.Window{Period: time.Minute, MaxTokens: 6_000, Quota: limiter.QuotaBedrock}}})
 	if err != nil {
 		t.Fatal(err)
 	}

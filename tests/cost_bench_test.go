@@ -152,9 +152,9 @@ func BenchmarkRequestStoreTime(b *testing.B) {
 
 func costRules() []limiter.Rule {
 	return []limiter.Rule{
-		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40},
-		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Concurrent, MaxRequests: 50},
-		{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40}},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Gauge{MaxInFlight: 50}},
+		{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40}},
 	}
 }
 

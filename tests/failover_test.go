@@ -42,8 +42,8 @@ func TestFailoverOn5xxAndTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			rules := []limiter.Rule{
-				{Scope: limiter.ScopeProvider, Subject: "primary", Period: time.Minute, MaxTokens: 1 << 30, MaxRequests: 1000},
-				{Scope: limiter.ScopeProvider, Subject: "secondary", Period: time.Minute, MaxTokens: 1 << 30, MaxRequests: 1000},
+				{Scope: limiter.ScopeProvider, Subject: "primary", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1000, MaxTokens: 1 << 30}},
+				{Scope: limiter.ScopeProvider, Subject: "secondary", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1000, MaxTokens: 1 << 30}},
 			}
 			g := newSDKGateway(t, []providers.Provider{a, b}, []providers.Alias{{Name: "smart", Strategy: providers.Failover,
 				Targets: []providers.AliasTarget{{Target: "primary/gpt-4o"}, {Target: "secondary/gpt-4o-mini"}}}}, rules...)
@@ -123,8 +123,8 @@ func TestMidStreamDisconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := []limiter.Rule{
-		{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 1},
-		{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxTokens: 1 << 30},
+		{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 1}},
+		{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxTokens: 1 << 30}},
 	}
 	g := newSDKGateway(t, []providers.Provider{p}, nil, rules...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -159,7 +159,7 @@ func TestMidStreamDisconnect(t *testing.T) {
 	reconcileAll(t, g)
 	us, _ := g.limiter.AllUsage(context.Background(), time.Now())
 	for _, u := range us {
-		if u.Rule.Period == limiter.Concurrent && u.Dimensions[0].Used != 0 {
+		if _, gauge := u.Rule.Limit.(limiter.Gauge); gauge && u.Dimensions[0].Used != 0 {
 			t.Fatalf("in flight %d after both finished", u.Dimensions[0].Used)
 		}
 	}

@@ -34,9 +34,9 @@ import (
 // each path alone; their difference is the gateway's.
 
 var benchRules = []limiter.Rule{
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxRequests: 1 << 40, MaxTokens: 1 << 40},
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 1 << 20},
-	{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 1 << 40},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 40, MaxTokens: 1 << 40}},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 1 << 20}},
+	{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 40}},
 }
 
 type benchGateway struct {
@@ -56,7 +56,7 @@ func newBenchGateway(b *testing.B, serve http.HandlerFunc) *benchGateway {
 	rs, _ := limiter.NewRules(benchRules)
 	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
 	cat, _ := providers.NewCatalog([]providers.Provider{p}, nil, nil)
-	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat, Estimator: tokens.Tiktoken{}})
+	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat, Estimator: tokens.BPE{}})
 	if err != nil {
 		b.Fatal(err)
 	}

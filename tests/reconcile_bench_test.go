@@ -17,8 +17,8 @@ import (
 func BenchmarkReconcile10k(b *testing.B) {
 	const n = 10000
 	rules := []limiter.Rule{
-		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxTokens: 1 << 40},
-		{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Minute, MaxInputTokens: 1 << 40, MaxOutputTokens: 1 << 40},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxTokens: 1 << 40}},
+		{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Limit: limiter.Window{Period: time.Minute, MaxInputTokens: 1 << 40, MaxOutputTokens: 1 << 40}},
 	}
 	var total time.Duration
 	records := 0

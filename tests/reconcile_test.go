@@ -114,10 +114,10 @@ func (f *reconcileFixture) read(t testing.TB, now time.Time, rules []limiter.Rul
 }
 
 var tokenRules = []limiter.Rule{
-	{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxTokens: 1 << 40},
-	{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Hour, MaxTokens: 1 << 40, MaxRequests: 1 << 40},
-	{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Minute, MaxInputTokens: 1 << 40, MaxOutputTokens: 1 << 40},
-	{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Concurrent, MaxRequests: 1000},
+	{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxTokens: 1 << 40}},
+	{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Hour, MaxRequests: 1 << 40, MaxTokens: 1 << 40}},
+	{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Limit: limiter.Window{Period: time.Minute, MaxInputTokens: 1 << 40, MaxOutputTokens: 1 << 40}},
+	{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Gauge{MaxInFlight: 1000}},
 }
 
 // admitAndComplete admits n requests with random reservations and

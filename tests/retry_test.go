@@ -80,7 +80,7 @@ type statusRecorder struct {
 
 func (r *statusRecorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
 
-var slowRule = limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/slow", Period: 2 * time.Second, MaxRequests: 1, PerChild: true}
+var slowRule = limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/slow", Limit: limiter.Window{Period: 2 * time.Second, MaxRequests: 1}, PerChild: true}
 
 // checkNotEarly replays the admission instants into a fresh limiter with
 // the same rule: had any request been admitted early, the replay refuses it.

@@ -39,7 +39,7 @@ func needNodePackages(t *testing.T, pkgs ...string) {
 // client raises as its own rate-limit error (tests/node/sdks.mjs).
 func TestNodeSDKs(t *testing.T) {
 	needNodePackages(t, "openai", "@anthropic-ai/sdk", "@google/genai")
-	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/limited", Period: time.Minute, MaxRequests: 1, PerChild: true}})
+	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/limited", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1}, PerChild: true}})
 	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})
 	cat, _ := providers.NewCatalog([]providers.Provider{mock.New("mock", 0)}, nil, nil)
 	h, err := proxy.New(proxy.Config{Limiter: l, Catalog: cat})

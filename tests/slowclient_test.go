@@ -45,7 +45,7 @@ func TestClientsThatStopReadingLoseTheirSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 2}})
+	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 2}}})
 	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})
 	cat, err := providers.NewCatalog([]providers.Provider{p}, nil, nil)
 	if err != nil {
@@ -184,7 +184,7 @@ func TestLongStreamKeepsItsSlot(t *testing.T) {
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	})
 	p, _ := openaip.New(openaip.Config{Name: "openai", BaseURL: up.URL + "/v1", APIKey: "k"})
-	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 1}})
+	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 1}}})
 	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs, LeaseTTL: 600 * time.Millisecond})
 	cat, _ := providers.NewCatalog([]providers.Provider{p}, nil, nil)
 	h, _ := proxy.New(proxy.Config{Limiter: l, Catalog: cat})

@@ -38,8 +38,8 @@ func TestStoreStoppedMidTest(t *testing.T) {
 				store:    store,
 				failOpen: mode == "open",
 				logger:   slog.New(slog.NewJSONHandler(&logs, nil)),
-				rules: []limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxRequests: 100},
-					{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 10}},
+				rules: []limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxRequests: 100}},
+					{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 10}}},
 			})
 			if w := gw.chat(t, nil); w.Code != 200 {
 				t.Fatalf("with the engine up: status %d %s", w.Code, w.Body)

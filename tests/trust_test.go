@@ -96,9 +96,9 @@ func TestSaturatedTargets(t *testing.T) {
 	b := newUpstream(t, replay(t, "openai_chat.json", 200))
 	clock := &fakeClock{t: time.Now().Truncate(time.Hour).Add(10 * time.Second)}
 	rules := []limiter.Rule{
-		{Scope: limiter.ScopeProvider, Subject: "A", Period: time.Minute, MaxRequests: 2},
-		{Scope: limiter.ScopeProvider, Subject: "B", Period: 30 * time.Second, MaxRequests: 4},
-		{Scope: limiter.ScopeUserPath, Subject: "/limited", Period: time.Minute, MaxRequests: 1},
+		{Scope: limiter.ScopeProvider, Subject: "A", Limit: limiter.Window{Period: time.Minute, MaxRequests: 2}},
+		{Scope: limiter.ScopeProvider, Subject: "B", Limit: limiter.Window{Period: 30 * time.Second, MaxRequests: 4}},
+		{Scope: limiter.ScopeUserPath, Subject: "/limited", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1}},
 	}
 	g := newTrustGateway(t, prefix, a, b, clock, rules)
 	g.exhaust(t, "A", 2)
@@ -217,7 +217,7 @@ func TestUpstream429CooldownAcrossInstances(t *testing.T) {
 // (Gemini's, which has no Go SDK here, field by field).
 func TestRefusalsParseInEachSDK(t *testing.T) {
 	g := newSDKGateway(t, []providers.Provider{newCountingMock("mock")}, nil,
-		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxRequests: 1})
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1}})
 	ctx := context.Background()
 	oc := openAIClient(g)
 	if _, err := oc.Chat.Completions.New(ctx, userMessage("first")); err != nil {
@@ -281,8 +281,8 @@ func TestWaitAndClamp(t *testing.T) {
 	clock := &fakeClock{t: time.Now().Truncate(time.Hour).Add(59 * time.Second)}
 	var slept []time.Duration
 	g := newTrustGateway(t, prefix, a, b, clock, []limiter.Rule{
-		{Scope: limiter.ScopeUserPath, Subject: "/wait", Period: 2 * time.Second, MaxRequests: 1},
-		{Scope: limiter.ScopeUserPath, Subject: "/clamp", Period: time.Minute, MaxTokens: 400},
+		{Scope: limiter.ScopeUserPath, Subject: "/wait", Limit: limiter.Window{Period: 2 * time.Second, MaxRequests: 1}},
+		{Scope: limiter.ScopeUserPath, Subject: "/clamp", Limit: limiter.Window{Period: time.Minute, MaxTokens: 400}},
 	}, func(c *proxy.Config) {
 		c.Classes = map[string]time.Duration{"standard": 5 * time.Second}
 		c.DefaultClass = "standard" // the operator's opt-in: requests naming no class wait too

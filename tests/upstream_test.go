@@ -122,8 +122,8 @@ func splitEvents(b []byte) [][]byte {
 // usageRules give every request a lease, so its completion (and the usage
 // it recorded) shows in the store's change feed.
 var usageRules = []limiter.Rule{
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxTokens: 1 << 40},
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 1000},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxTokens: 1 << 40}},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 1000}},
 }
 
 // sdkGateway is a gateway on the embedded store in front of the given

@@ -139,6 +139,9 @@ func (a *App) DrainAlerts(ctx context.Context) bool {
 // it: what is watched, and where deliveries go (webhooks by host only).
 func (a *App) AlertsSummary() map[string]any { return alertSummary(a.Config.Alerts) }
 
+// evaluate reads the rules' use, the stats and the alerts firing, fires
+// the alerts that newly hold and resolves those that no longer do (not
+// more often than every Every, unless forced), and samples the peaks.
 func (e *alerting) evaluate(ctx context.Context, force bool) (fired, resolved []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -159,16 +162,8 @@ func (e *alerting) evaluate(ctx context.Context, force bool) (fired, resolved []
 		return nil, nil
 	}
 	minute := now.UTC().Truncate(time.Minute)
-	var keys []metrics.StatsKey
-	for i := 16; i >= 0; i-- {
-		m := minute.Add(-time.Duration(i) * time.Minute)
-		keys = append(keys, metrics.StatsKey{Kind: metrics.StatsRefused, At: m}, metrics.StatsKey{Kind: metrics.StatsOps, At: m},
-			metrics.StatsKey{Kind: metrics.StatsEstimate, At: m})
-	}
 	ago := minute.Add(-alert.ForecastWindow)
-	for _, m := range []time.Time{ago, ago.Add(-time.Minute), ago.Add(time.Minute)} {
-		keys = append(keys, metrics.StatsKey{Kind: metrics.StatsSpent, At: m})
-	}
+	keys := statsKeys(minute, ago)
 	stats, err := e.stats.ReadStats(ctx, keys)
 	if err != nil {
 		e.log.Warn("alerts not evaluated: the stats could not be read", "err", err.Error())
@@ -191,7 +186,32 @@ func (e *alerting) evaluate(ctx context.Context, force bool) (fired, resolved []
 		in.Minutes = append(in.Minutes, minuteOf(stats, minute.Add(-time.Duration(i)*time.Minute)))
 	}
 	holding := alert.Evaluate(e.cfg.Watch, in, active)
-	holds := map[string]bool{}
+	fired, holds := e.fire(ctx, now, holding, active)
+	resolved = e.resolve(ctx, now, active, docs, holds)
+	e.sample(ctx, now, usage)
+	return fired, resolved
+}
+
+// statsKeys are the stats an evaluation reads: the refusals, operations
+// and estimates of the last 17 minutes to minute, and what was spent
+// about ago (for forecasts).
+func statsKeys(minute, ago time.Time) []metrics.StatsKey {
+	var keys []metrics.StatsKey
+	for i := 16; i >= 0; i-- {
+		m := minute.Add(-time.Duration(i) * time.Minute)
+		keys = append(keys, metrics.StatsKey{Kind: metrics.StatsRefused, At: m}, metrics.StatsKey{Kind: metrics.StatsOps, At: m},
+			metrics.StatsKey{Kind: metrics.StatsEstimate, At: m})
+	}
+	for _, m := range []time.Time{ago, ago.Add(-time.Minute), ago.Add(time.Minute)} {
+		keys = append(keys, metrics.StatsKey{Kind: metrics.StatsSpent, At: m})
+	}
+	return keys
+}
+
+// fire records and delivers each holding alert not already active, and
+// returns those it fired and the ids of all that hold.
+func (e *alerting) fire(ctx context.Context, now time.Time, holding []alert.Alert, active map[string]bool) (fired []string, holds map[string]bool) {
+	holds = map[string]bool{}
 	for _, al := range holding {
 		holds[al.ID] = true
 		if active[al.ID] {
@@ -208,6 +228,12 @@ func (e *alerting) evaluate(ctx context.Context, force bool) (fired, resolved []
 			e.queue.Enqueue(notification(al.ID, "firing", al.Message, doc))
 		}
 	}
+	return fired, holds
+}
+
+// resolve resolves and delivers each active alert that no longer holds,
+// and returns those it resolved.
+func (e *alerting) resolve(ctx context.Context, now time.Time, active map[string]bool, docs map[string]json.RawMessage, holds map[string]bool) (resolved []string) {
 	for _, id := range slices.Sorted(maps.Keys(active)) {
 		if holds[id] {
 			continue
@@ -225,8 +251,7 @@ func (e *alerting) evaluate(ctx context.Context, force bool) (fired, resolved []
 			e.queue.Enqueue(notification(id, "resolved", "resolved: "+al.Message, doc))
 		}
 	}
-	e.sample(ctx, now, usage)
-	return fired, resolved
+	return resolved
 }
 
 // sample writes what each budget has spent (for later forecasts) and the

@@ -96,7 +96,7 @@ alerts:
 		}
 	}
 	// New counters: nothing spent, nothing holds.
-	if err := a.ConfigStore.Regenerate(ctx, []limiter.RuleKey{limiter.MakeBudgetKey(limiter.ScopeUserPath, "/team", limiter.CalendarDay)}); err != nil {
+	if err := a.ConfigStore.Regenerate(ctx, []limiter.RuleKey{limiter.MakeRuleKey(limiter.ScopeUserPath, "/team", limiter.Budget{Calendar: limiter.CalendarDay})}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Watcher.Load(ctx); err != nil {

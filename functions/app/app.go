@@ -263,7 +263,7 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 	pc := proxy.Config{
 		Limiter:            a.Limiter,
 		Catalog:            catalog,
-		Estimator:          tokens.Tiktoken{},
+		Estimator:          tokens.BPE{},
 		Prices:             a.Config.PriceTable(),
 		MasterKey:          s.MasterKey,
 		DefaultMaxTokens:   a.Config.Gateway.DefaultMaxTokens,

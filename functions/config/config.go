@@ -370,115 +370,11 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 		return loc + ": " + dotted(keys...)
 	}
 
-	if rl := f.RateLimits; rl != nil {
-		if rl.Enabled != nil {
-			cfg.RateLimitsEnabled = *rl.Enabled
-		}
-		for i, u := range rl.UserPaths {
-			if u.Path == "" {
-				errs = append(errs, fmt.Errorf("%s: path is missing", at("rate_limits", "user_paths", i)))
-				continue
-			}
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "user_paths", i}, limiter.ScopeUserPath, u.Path, u.PerChild, u.Limits)...)
-			if len(u.Limits) == 0 {
-				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "user_paths", i)))
-			}
-		}
-		for i, p := range rl.Providers {
-			if p.Name == "" {
-				errs = append(errs, fmt.Errorf("%s: name is missing", at("rate_limits", "providers", i)))
-				continue
-			}
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "providers", i}, limiter.ScopeProvider, p.Name, p.PerChild, p.Limits)...)
-		}
-		for i, m := range rl.Models {
-			if m.Model == "" {
-				errs = append(errs, fmt.Errorf("%s: model is missing", at("rate_limits", "models", i)))
-				continue
-			}
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "models", i}, limiter.ScopeModel, m.Model, m.PerChild, m.Limits)...)
-		}
+	if f.RateLimits != nil {
+		errs = append(errs, cfg.loadRateLimits(f.RateLimits, at)...)
 	}
-	if g := f.Gateway; g != nil {
-		if g.DefaultMaxTokens != nil {
-			if *g.DefaultMaxTokens < 1 || *g.DefaultMaxTokens > maxRequestTokens {
-				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "default_max_tokens"), maxRequestTokens))
-			}
-			cfg.Gateway.DefaultMaxTokens = *g.DefaultMaxTokens
-		}
-		if g.MaxOutputTokens != nil {
-			if *g.MaxOutputTokens < 1 || *g.MaxOutputTokens > maxRequestTokens {
-				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "max_output_tokens"), maxRequestTokens))
-			}
-			cfg.Gateway.MaxOutputTokens = *g.MaxOutputTokens
-		}
-		for _, d := range []struct {
-			key string
-			v   string
-			to  *time.Duration
-		}{
-			{"stream_write_timeout", g.StreamWrite, &cfg.Gateway.StreamWriteTimeout},
-			{"completion_timeout", g.Completion, &cfg.Gateway.CompletionTimeout},
-		} {
-			if d.v == "" {
-				continue
-			}
-			v, err := time.ParseDuration(d.v)
-			if err != nil || v < 100*time.Millisecond || v > 15*time.Minute {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 100ms to 15m", at("gateway", d.key), d.v))
-			}
-			*d.to = v
-		}
-		if g.MaxBodyBytes != nil {
-			if *g.MaxBodyBytes < 1024 {
-				errs = append(errs, fmt.Errorf("%s: must be at least 1024", at("gateway", "max_body_bytes")))
-			}
-			cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
-		}
-		if g.MaxWait.Kind != 0 {
-			errs = append(errs, fmt.Errorf("%s: replaced by traffic classes: shaping.classes.<interactive|standard|batch|background>.max_wait (see README, Traffic classes)", at("gateway", "max_wait")))
-		}
-		switch g.Reservation {
-		case "":
-		case "cap", "adaptive":
-			cfg.Gateway.Reservation = g.Reservation
-		default:
-			errs = append(errs, fmt.Errorf("%s: %q is neither cap nor adaptive", at("gateway", "reservation"), g.Reservation))
-		}
-		if v := g.AdaptiveFloor; v != nil {
-			if *v < 1 || *v > maxRequestTokens {
-				errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "adaptive_floor"), maxRequestTokens))
-			}
-			cfg.Gateway.AdaptiveFloor = *v
-		}
-		if v := g.AdaptiveSamples; v != nil {
-			if *v < 1 {
-				errs = append(errs, fmt.Errorf("%s: must be at least 1", at("gateway", "adaptive_min_samples")))
-			}
-			cfg.Gateway.AdaptiveMinSamples = *v
-		}
-		if g.RealtimeSession != "" {
-			d, err := time.ParseDuration(g.RealtimeSession)
-			if err != nil || d < time.Minute || d > 24*time.Hour {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration from 1m to 24h", at("gateway", "realtime_max_session"), g.RealtimeSession))
-			}
-			cfg.Gateway.RealtimeMaxSession = d
-		}
-		if g.RealtimeTokens < 0 || g.RealtimeTokens > maxRequestTokens {
-			errs = append(errs, fmt.Errorf("%s: must be from 0 to %d", at("gateway", "realtime_session_tokens"), maxRequestTokens))
-		}
-		cfg.Gateway.RealtimeSessionTokens = g.RealtimeTokens
-		if g.ClampFloor < 0 {
-			errs = append(errs, fmt.Errorf("%s: must not be negative", at("gateway", "clamp_max_tokens_floor")))
-		}
-		cfg.Gateway.ClampFloor = g.ClampFloor
-		if g.LeaseTTL != "" {
-			d, err := time.ParseDuration(g.LeaseTTL)
-			if err != nil || d < time.Second {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration of at least 1s", at("gateway", "lease_ttl"), g.LeaseTTL))
-			}
-			cfg.Gateway.LeaseTTL = d
-		}
+	if f.Gateway != nil {
+		errs = append(errs, cfg.loadGateway(f.Gateway, at)...)
 	}
 	errs = append(errs, cfg.loadPolicy(&f, at))
 	if f.Alerts != nil {
@@ -489,25 +385,8 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	}
 	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at), cfg.loadDowngrades(f.Downgrade, at))
 	errs = append(errs, cfg.loadMigrations(f.Migrations, at))
-	if st := f.Store; st != nil {
-		if st.RejectCache != "" {
-			d, err := time.ParseDuration(st.RejectCache)
-			if err != nil || d < 0 || d > time.Second {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration between 0s and 1s", at("store", "reject_cache"), st.RejectCache))
-			}
-			cfg.Store.RejectCache = d
-		}
-		if st.TokenPrevRefresh != "" {
-			d, err := time.ParseDuration(st.TokenPrevRefresh)
-			if err != nil || d <= 0 {
-				errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", at("store", "token_prev_refresh"), st.TokenPrevRefresh))
-			}
-			cfg.Store.TokenPrevRefresh = d
-		}
-		if st.LeaseIndexShards < 0 || st.LeaseIndexShards > 64 {
-			errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
-		}
-		cfg.Store.LeaseIndexShards = st.LeaseIndexShards
+	if f.Store != nil {
+		errs = append(errs, cfg.loadStore(f.Store, at)...)
 	}
 	if sh := f.Shaping; sh != nil {
 		errs = append(errs, cfg.loadShaping(sh, at))
@@ -516,81 +395,250 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	return errors.Join(errs...)
 }
 
-// rule turns a limit spec into a config rule and checks it.
+// loadRateLimits reads rate_limits: whether they are enforced, and the
+// rules of user paths, providers and models.
+func (cfg *Config) loadRateLimits(rl *rateLimits, at func(keys ...any) string) []error {
+	var errs []error
+	if rl.Enabled != nil {
+		cfg.RateLimitsEnabled = *rl.Enabled
+	}
+	for i, u := range rl.UserPaths {
+		if u.Path == "" {
+			errs = append(errs, fmt.Errorf("%s: path is missing", at("rate_limits", "user_paths", i)))
+			continue
+		}
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "user_paths", i}, limiter.ScopeUserPath, u.Path, u.PerChild, u.Limits)...)
+		if len(u.Limits) == 0 {
+			errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "user_paths", i)))
+		}
+	}
+	for i, p := range rl.Providers {
+		if p.Name == "" {
+			errs = append(errs, fmt.Errorf("%s: name is missing", at("rate_limits", "providers", i)))
+			continue
+		}
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "providers", i}, limiter.ScopeProvider, p.Name, p.PerChild, p.Limits)...)
+	}
+	for i, m := range rl.Models {
+		if m.Model == "" {
+			errs = append(errs, fmt.Errorf("%s: model is missing", at("rate_limits", "models", i)))
+			continue
+		}
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "models", i}, limiter.ScopeModel, m.Model, m.PerChild, m.Limits)...)
+	}
+	return errs
+}
+
+// loadGateway reads gateway: request sizes, timeouts, reservations,
+// realtime sessions, clamping and leases, each checked against its range.
+func (cfg *Config) loadGateway(g *gatewaySpec, at func(keys ...any) string) []error {
+	var errs []error
+	if g.DefaultMaxTokens != nil {
+		if *g.DefaultMaxTokens < 1 || *g.DefaultMaxTokens > maxRequestTokens {
+			errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "default_max_tokens"), maxRequestTokens))
+		}
+		cfg.Gateway.DefaultMaxTokens = *g.DefaultMaxTokens
+	}
+	if g.MaxOutputTokens != nil {
+		if *g.MaxOutputTokens < 1 || *g.MaxOutputTokens > maxRequestTokens {
+			errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "max_output_tokens"), maxRequestTokens))
+		}
+		cfg.Gateway.MaxOutputTokens = *g.MaxOutputTokens
+	}
+	for _, d := range []struct {
+		key string
+		v   string
+		to  *time.Duration
+	}{
+		{"stream_write_timeout", g.StreamWrite, &cfg.Gateway.StreamWriteTimeout},
+		{"completion_timeout", g.Completion, &cfg.Gateway.CompletionTimeout},
+	} {
+		if d.v == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.v)
+		if err != nil || v < 100*time.Millisecond || v > 15*time.Minute {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration from 100ms to 15m", at("gateway", d.key), d.v))
+		}
+		*d.to = v
+	}
+	if g.MaxBodyBytes != nil {
+		if *g.MaxBodyBytes < 1024 {
+			errs = append(errs, fmt.Errorf("%s: must be at least 1024", at("gateway", "max_body_bytes")))
+		}
+		cfg.Gateway.MaxBodyBytes = *g.MaxBodyBytes
+	}
+	if g.MaxWait.Kind != 0 {
+		errs = append(errs, fmt.Errorf("%s: replaced by traffic classes: shaping.classes.<interactive|standard|batch|background>.max_wait (see README, Traffic classes)", at("gateway", "max_wait")))
+	}
+	errs = append(errs, cfg.loadReservation(g, at)...)
+	if g.RealtimeSession != "" {
+		d, err := time.ParseDuration(g.RealtimeSession)
+		if err != nil || d < time.Minute || d > 24*time.Hour {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration from 1m to 24h", at("gateway", "realtime_max_session"), g.RealtimeSession))
+		}
+		cfg.Gateway.RealtimeMaxSession = d
+	}
+	if g.RealtimeTokens < 0 || g.RealtimeTokens > maxRequestTokens {
+		errs = append(errs, fmt.Errorf("%s: must be from 0 to %d", at("gateway", "realtime_session_tokens"), maxRequestTokens))
+	}
+	cfg.Gateway.RealtimeSessionTokens = g.RealtimeTokens
+	if g.ClampFloor < 0 {
+		errs = append(errs, fmt.Errorf("%s: must not be negative", at("gateway", "clamp_max_tokens_floor")))
+	}
+	cfg.Gateway.ClampFloor = g.ClampFloor
+	if g.LeaseTTL != "" {
+		d, err := time.ParseDuration(g.LeaseTTL)
+		if err != nil || d < time.Second {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration of at least 1s", at("gateway", "lease_ttl"), g.LeaseTTL))
+		}
+		cfg.Gateway.LeaseTTL = d
+	}
+	return errs
+}
+
+// loadReservation reads how the gateway reserves output tokens: the
+// cap or the adaptive estimate, with its floor and its samples.
+func (cfg *Config) loadReservation(g *gatewaySpec, at func(keys ...any) string) []error {
+	var errs []error
+	switch g.Reservation {
+	case "":
+	case "cap", "adaptive":
+		cfg.Gateway.Reservation = g.Reservation
+	default:
+		errs = append(errs, fmt.Errorf("%s: %q is neither cap nor adaptive", at("gateway", "reservation"), g.Reservation))
+	}
+	if v := g.AdaptiveFloor; v != nil {
+		if *v < 1 || *v > maxRequestTokens {
+			errs = append(errs, fmt.Errorf("%s: must be from 1 to %d", at("gateway", "adaptive_floor"), maxRequestTokens))
+		}
+		cfg.Gateway.AdaptiveFloor = *v
+	}
+	if v := g.AdaptiveSamples; v != nil {
+		if *v < 1 {
+			errs = append(errs, fmt.Errorf("%s: must be at least 1", at("gateway", "adaptive_min_samples")))
+		}
+		cfg.Gateway.AdaptiveMinSamples = *v
+	}
+	return errs
+}
+
+// loadStore reads store: the reject cache, the token refresh and the
+// lease index's shards.
+func (cfg *Config) loadStore(st *storeSpec, at func(keys ...any) string) []error {
+	var errs []error
+	if st.RejectCache != "" {
+		d, err := time.ParseDuration(st.RejectCache)
+		if err != nil || d < 0 || d > time.Second {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration between 0s and 1s", at("store", "reject_cache"), st.RejectCache))
+		}
+		cfg.Store.RejectCache = d
+	}
+	if st.TokenPrevRefresh != "" {
+		d, err := time.ParseDuration(st.TokenPrevRefresh)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", at("store", "token_prev_refresh"), st.TokenPrevRefresh))
+		}
+		cfg.Store.TokenPrevRefresh = d
+	}
+	if st.LeaseIndexShards < 0 || st.LeaseIndexShards > 64 {
+		errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
+	}
+	cfg.Store.LeaseIndexShards = st.LeaseIndexShards
+	return errs
+}
+
+// rule turns a limit spec into a config rule and checks it: a bucket when
+// it has a bucket's fields (capacity, refill_per_second, unit), else a
+// window, or a gauge for the period concurrent.
 func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, error) {
 	r := limiter.Rule{
-		Scope:           scope,
-		Subject:         subject,
+		Scope:    scope,
+		Subject:  subject,
+		PerChild: l.PerChild,
+		Shards:   l.Shards,
+		Priority: l.Priority,
+		Always:   l.Always,
+		Shadow:   l.Shadow,
+		Source:   limiter.SourceConfig,
+	}
+	if fs := l.FairShare; fs != nil {
+		r.FairShare = fs.fairShare()
+	}
+	if l.Capacity != 0 || l.RefillPerSecond != 0 || l.Unit != "" {
+		var errs []error
+		r.Limit, errs = l.bucket()
+		return r, errors.Join(append(errs, r.Validate())...)
+	}
+	var errs []error
+	r.Limit, errs = l.windowOrGauge()
+	r.Ramp, errs = l.ramp(errs)
+	if err := errors.Join(errs...); err != nil {
+		return r, err
+	}
+	return r, r.Validate()
+}
+
+// window returns the window the spec's window fields describe, with no
+// period, and what is wrong with them.
+func (l limitSpec) window() (limiter.Window, []error) {
+	fixed, err := limiter.ParseWindow(l.Window)
+	q, qerr := limiter.ParseQuota(l.Quota)
+	w := limiter.Window{
+		Fixed:           fixed,
 		MaxRequests:     l.MaxRequests,
 		MaxTokens:       l.MaxTokens,
 		MaxInputTokens:  l.MaxInputTokens,
 		MaxOutputTokens: l.MaxOutputTokens,
-		PerChild:        l.PerChild,
-		Shards:          l.Shards,
-		Priority:        l.Priority,
-		Always:          l.Always,
-		Shadow:          l.Shadow,
-		Source:          limiter.SourceConfig,
+		Quota:           q,
 	}
+	return w, []error{err, qerr}
+}
+
+// bucket returns the bucket of a spec with a bucket's fields, and a
+// problem for each field of a window it has.
+func (l limitSpec) bucket() (limiter.Bucket, []error) {
+	b := limiter.Bucket{Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond}
 	var errs []error
-	if l.Capacity != 0 || l.RefillPerSecond != 0 || l.Unit != "" {
-		b := &limiter.Bucket{Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond}
-		switch l.Unit {
-		case "", "requests":
-		case "tokens":
-			b.Tokens = true
-		default:
-			errs = append(errs, fmt.Errorf("unit: %q is neither requests nor tokens", l.Unit))
-		}
-		if l.Period != "" || l.PeriodSeconds != 0 {
-			errs = append(errs, errors.New("period: a bucket (capacity, refill_per_second) has no period"))
-		}
-		if l.Window != "" {
-			errs = append(errs, errors.New("window: a bucket has no window"))
-		}
-		if l.Quota != "" {
-			q, err := limiter.ParseQuota(l.Quota)
-			errs = append(errs, err)
-			r.Quota = q
-		}
-		if l.FairShare != nil {
-			r.FairShare = l.FairShare.fairShare()
-		}
-		if l.Ramp != nil {
-			errs = append(errs, errors.New("ramp: only request and token windows ramp"))
-		}
-		r.Bucket = b
-		return r, errors.Join(append(errs, r.Validate())...)
+	switch l.Unit {
+	case "", "requests":
+	case "tokens":
+		b.Tokens = true
+	default:
+		errs = append(errs, fmt.Errorf("unit: %q is neither requests nor tokens", l.Unit))
 	}
-	w, err := limiter.ParseWindow(l.Window)
-	errs = append(errs, err)
-	r.Window = w
-	q, err := limiter.ParseQuota(l.Quota)
-	errs = append(errs, err)
-	r.Quota = q
-	if fs := l.FairShare; fs != nil {
-		r.FairShare = fs.fairShare()
+	if l.Period != "" || l.PeriodSeconds != 0 {
+		errs = append(errs, errors.New("period: a bucket (capacity, refill_per_second) has no period"))
 	}
-	if rs := l.Ramp; rs != nil {
-		every, err := time.ParseDuration(rs.Every)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ramp.every: %q is not a duration", rs.Every))
-		}
-		limit := cmp.Or(l.MaxRequests, l.MaxTokens)
-		r.Ramp = &limiter.Ramp{Start: rs.Start, Step: rs.Step, Every: every, Max: limit}
-		if rs.Max != 0 && rs.Max != limit {
-			errs = append(errs, fmt.Errorf("ramp.max: %d differs from the rule's limit %d, where the ramp ends (leave it out)", rs.Max, limit))
-		}
+	if l.Window != "" {
+		errs = append(errs, errors.New("window: a bucket has no window"))
 	}
+	if l.Ramp != nil {
+		errs = append(errs, errors.New("ramp: only request and token windows ramp"))
+	}
+	w, werrs := l.window()
+	w.Fixed = false // reported above
+	errs = append(errs, werrs[1:]...)
+	return b, append(errs, limiter.Misplaced(w, b)...)
+}
+
+// windowOrGauge returns the window of the spec's period, or for the
+// period concurrent the gauge of its max_requests, with a problem for
+// each window field a gauge has not.
+func (l limitSpec) windowOrGauge() (limiter.Limit, []error) {
+	w, errs := l.window()
+	gauge := false
 	switch {
 	case l.Period != "" && l.PeriodSeconds != 0:
 		errs = append(errs, errors.New("period and period_seconds are both set; use one"))
+	case l.Period == limiter.PeriodConcurrent:
+		gauge = true
 	case l.Period != "":
 		p, err := limiter.ParsePeriod(l.Period)
 		errs = append(errs, err)
-		r.Period = p
+		w.Period = p
 	case l.PeriodSeconds > 0:
-		r.Period = time.Duration(l.PeriodSeconds) * time.Second
+		w.Period = time.Duration(l.PeriodSeconds) * time.Second
 	case l.PeriodSeconds < 0:
 		errs = append(errs, fmt.Errorf("period_seconds: negative period %d", l.PeriodSeconds))
 	default:
@@ -599,13 +647,28 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 	if l.MaxRequests == 0 && l.MaxTokens == 0 && l.MaxInputTokens == 0 && l.MaxOutputTokens == 0 {
 		errs = append(errs, errors.New("no limit set (max_requests, max_tokens, max_input_tokens or max_output_tokens; or capacity and refill_per_second)"))
 	}
-	if w == limiter.WindowFixed && r.Period == limiter.Concurrent && l.Period != "" {
-		errs = append(errs, errors.New("window: a concurrent rule has no window"))
+	if gauge {
+		return limiter.Gauge{MaxInFlight: l.MaxRequests}, append(errs, limiter.Misplaced(w, limiter.Gauge{})...)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return r, err
+	return w, errs
+}
+
+// ramp returns the spec's ramp, which ends at the rule's limit, appending
+// what is wrong with it to errs.
+func (l limitSpec) ramp(errs []error) (*limiter.Ramp, []error) {
+	rs := l.Ramp
+	if rs == nil {
+		return nil, errs
 	}
-	return r, r.Validate()
+	every, err := time.ParseDuration(rs.Every)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ramp.every: %q is not a duration", rs.Every))
+	}
+	limit := cmp.Or(l.MaxRequests, l.MaxTokens)
+	if rs.Max != 0 && rs.Max != limit {
+		errs = append(errs, fmt.Errorf("ramp.max: %d differs from the rule's limit %d, where the ramp ends (leave it out)", rs.Max, limit))
+	}
+	return &limiter.Ramp{Start: rs.Start, Step: rs.Step, Every: every, Max: limit}, errs
 }
 
 // addLimits adds the rules one subject's limits make, and returns their
@@ -633,12 +696,13 @@ func (cfg *Config) addLimits(at func(keys ...any) string, where []any, scope lim
 // only a one-minute window of a provider, or of a provider's model,
 // limiting requests or tokens, is what an upstream reports.
 func adaptProblem(r limiter.Rule) error {
+	w, window := r.Limit.(limiter.Window)
 	switch {
 	case r.Scope != limiter.ScopeProvider && r.Scope != limiter.ScopeModel:
 		return errors.New("only provider and model rules follow what an upstream reports")
 	case r.Scope == limiter.ScopeModel && !strings.Contains(r.Subject, "/"):
 		return fmt.Errorf("name the model at its provider (provider/%s): the report is one provider's", r.Subject)
-	case r.Bucket != nil || r.IsBudget() || r.Period != limiter.Minute || (r.MaxRequests == 0 && r.MaxTokens == 0):
+	case !window || w.Period != limiter.Minute || (w.MaxRequests == 0 && w.MaxTokens == 0):
 		return errors.New("upstreams report per-minute limits of requests and tokens: adapt a window of period minute with max_requests or max_tokens")
 	}
 	return nil

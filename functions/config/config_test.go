@@ -25,16 +25,17 @@ func TestGoodFile(t *testing.T) {
 	if len(cfg.Rules) != 9 {
 		t.Fatalf("%d rules, want 9: %+v", len(cfg.Rules), cfg.Rules)
 	}
+	minute := func(w limiter.Window) limiter.Window { w.Period = limiter.Minute; return w }
 	want := map[limiter.RuleKey]limiter.Rule{
-		"user_path:/team/alpha:60":    {MaxRequests: 100, MaxTokens: 50000},
-		"user_path:/team/alpha:c":     {MaxRequests: 10},
-		"user_path:/customers:60":     {MaxRequests: 100, PerChild: true},
-		"user_path:/batch:300":        {MaxRequests: 50},
-		"provider:openai:c":           {MaxRequests: 50},
-		"model:openai/gpt-4o:60":      {MaxTokens: 90000},
-		"model:claude-sonnet-4:60":    {MaxInputTokens: 40000, MaxOutputTokens: 8000},
-		"user_path:/team/alpha:86400": {MaxRequests: 10000},
-		"provider:openai:60":          {MaxRequests: 500},
+		"user_path:/team/alpha:60":    {Limit: minute(limiter.Window{MaxRequests: 100, MaxTokens: 50000})},
+		"user_path:/team/alpha:c":     {Limit: limiter.Gauge{MaxInFlight: 10}},
+		"user_path:/customers:60":     {Limit: minute(limiter.Window{MaxRequests: 100}), PerChild: true},
+		"user_path:/batch:300":        {Limit: limiter.Window{Period: 300 * time.Second, MaxRequests: 50}},
+		"provider:openai:c":           {Limit: limiter.Gauge{MaxInFlight: 50}},
+		"model:openai/gpt-4o:60":      {Limit: minute(limiter.Window{MaxTokens: 90000})},
+		"model:claude-sonnet-4:60":    {Limit: minute(limiter.Window{MaxInputTokens: 40000, MaxOutputTokens: 8000})},
+		"user_path:/team/alpha:86400": {Limit: limiter.Window{Period: limiter.Day, MaxRequests: 10000}},
+		"provider:openai:60":          {Limit: minute(limiter.Window{MaxRequests: 500})},
 	}
 	for _, r := range cfg.Rules {
 		w, ok := want[r.Key()]
@@ -42,8 +43,7 @@ func TestGoodFile(t *testing.T) {
 			t.Errorf("unexpected rule %s", r.Key())
 			continue
 		}
-		if r.Source != limiter.SourceConfig || r.MaxRequests != w.MaxRequests || r.MaxTokens != w.MaxTokens ||
-			r.MaxInputTokens != w.MaxInputTokens || r.MaxOutputTokens != w.MaxOutputTokens || r.PerChild != w.PerChild {
+		if r.Source != limiter.SourceConfig || r.Limit != w.Limit || r.PerChild != w.PerChild {
 			t.Errorf("rule %s = %+v, want limits %+v from config", r.Key(), r, w)
 		}
 	}
@@ -147,7 +147,7 @@ func TestEnvRules(t *testing.T) {
 			t.Errorf("missing rule %s (have %v)", c.key, keys(got))
 			continue
 		}
-		if r.MaxRequests != c.req || r.MaxTokens != c.tok || r.PerChild != c.perChild || r.Source != limiter.SourceConfig {
+		if req, tok := maxima(r); req != c.req || tok != c.tok || r.PerChild != c.perChild || r.Source != limiter.SourceConfig {
 			t.Errorf("rule %s = %+v", c.key, r)
 		}
 	}
@@ -284,25 +284,30 @@ func TestPolicyFile(t *testing.T) {
 		byKey[r.Key()] = r
 	}
 	for key, check := range map[limiter.RuleKey]func(r limiter.Rule) bool{
-		"user_path:/vip:60":   func(r limiter.Rule) bool { return r.Priority == 1 && r.MaxRequests == 100 },
-		"user_path:/vip:3600": func(r limiter.Rule) bool { return r.Always && r.Window == limiter.WindowFixed },
+		"user_path:/vip:60":   func(r limiter.Rule) bool { return r.Priority == 1 && windowOf(r).MaxRequests == 100 },
+		"user_path:/vip:3600": func(r limiter.Rule) bool { return r.Always && windowOf(r).Fixed },
 		"user_path:/vip:b": func(r limiter.Rule) bool {
-			return r.Bucket != nil && r.Bucket.Capacity == 50 && r.Bucket.RefillPerSecond == 2.5
+			b, ok := r.Limit.(limiter.Bucket)
+			return ok && b.Capacity == 50 && b.RefillPerSecond == 2.5
 		},
-		"tag:feature=*:60":                func(r limiter.Rule) bool { return r.PerChild && r.MaxRequests == 20 },
-		"tag:env:60":                      func(r limiter.Rule) bool { return !r.PerChild && r.MaxRequests == 200 },
-		"tag:env=prod:60":                 func(r limiter.Rule) bool { return r.MaxTokens == 90000 },
-		"key:*:60":                        func(r limiter.Rule) bool { return r.PerChild },
-		"key:key_0123456789abcdef:c":      func(r limiter.Rule) bool { return r.MaxRequests == 2 },
-		"user_path:/team:$day":            func(r limiter.Rule) bool { return r.MaxCost == 5_000_000 && r.Location.String() == "Europe/Berlin" },
-		"user_path:/customers:$month":     func(r limiter.Rule) bool { return r.PerChild && r.MaxCost == 100_000 },
-		"provider:openai:$week":           func(r limiter.Rule) bool { return r.Shadow && r.MaxCost == 1_000_000_000 },
-		"model:gpt-4o:$hour":              func(r limiter.Rule) bool { return r.MaxCost == 250_500_000 },
-		"key:*:$month":                    func(r limiter.Rule) bool { return r.PerChild && r.MaxCost == 20_000_000 },
-		"tag:feature=*:$day":              func(r limiter.Rule) bool { return r.PerChild && r.MaxCost == 3_000_000 },
-		"user_path:/team/alpha:$day":      func(r limiter.Rule) bool { return r.MaxCost == 2_500_000 && r.Location.String() == "Europe/Berlin" },
-		"user_path:/team/alpha:$month":    func(r limiter.Rule) bool { return r.MaxCost == 40_000_000 },
-		limiter.RuleKey("user_path:/:60"): func(r limiter.Rule) bool { return r.MaxRequests == 10 },
+		"tag:feature=*:60":           func(r limiter.Rule) bool { return r.PerChild && windowOf(r).MaxRequests == 20 },
+		"tag:env:60":                 func(r limiter.Rule) bool { return !r.PerChild && windowOf(r).MaxRequests == 200 },
+		"tag:env=prod:60":            func(r limiter.Rule) bool { return windowOf(r).MaxTokens == 90000 },
+		"key:*:60":                   func(r limiter.Rule) bool { return r.PerChild },
+		"key:key_0123456789abcdef:c": func(r limiter.Rule) bool { return r.Limit == limiter.Gauge{MaxInFlight: 2} },
+		"user_path:/team:$day": func(r limiter.Rule) bool {
+			return budgetOf(r).MaxCost == 5_000_000 && budgetOf(r).Location.String() == "Europe/Berlin"
+		},
+		"user_path:/customers:$month": func(r limiter.Rule) bool { return r.PerChild && budgetOf(r).MaxCost == 100_000 },
+		"provider:openai:$week":       func(r limiter.Rule) bool { return r.Shadow && budgetOf(r).MaxCost == 1_000_000_000 },
+		"model:gpt-4o:$hour":          func(r limiter.Rule) bool { return budgetOf(r).MaxCost == 250_500_000 },
+		"key:*:$month":                func(r limiter.Rule) bool { return r.PerChild && budgetOf(r).MaxCost == 20_000_000 },
+		"tag:feature=*:$day":          func(r limiter.Rule) bool { return r.PerChild && budgetOf(r).MaxCost == 3_000_000 },
+		"user_path:/team/alpha:$day": func(r limiter.Rule) bool {
+			return budgetOf(r).MaxCost == 2_500_000 && budgetOf(r).Location.String() == "Europe/Berlin"
+		},
+		"user_path:/team/alpha:$month":    func(r limiter.Rule) bool { return budgetOf(r).MaxCost == 40_000_000 },
+		limiter.RuleKey("user_path:/:60"): func(r limiter.Rule) bool { return windowOf(r).MaxRequests == 10 },
 	} {
 		r, ok := byKey[key]
 		if !ok || !check(r) {
@@ -438,7 +443,7 @@ func TestBudgetFairShareConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := cfg.Rules[0].FairShare; f == nil || f.By != "child" || f.Weights["research"] != 2 || !cfg.Rules[0].IsBudget() {
+	if f := cfg.Rules[0].FairShare; f == nil || f.By != "child" || f.Weights["research"] != 2 || budgetOf(cfg.Rules[0]).MaxCost == 0 {
 		t.Fatalf("budget fair share %+v", cfg.Rules[0])
 	}
 }
@@ -457,7 +462,7 @@ func TestBedrockProvider(t *testing.T) {
 		p.Burndown["anthropic.claude-3-5-sonnet"] != 2 || p.ServiceTiers["batch"] != "flex" || len(p.Models) != 2 {
 		t.Fatalf("provider %+v", p)
 	}
-	if len(cfg.Rules) != 2 || cfg.Rules[0].Quota != limiter.QuotaBedrock || cfg.Rules[1].Quota != limiter.QuotaBedrock || cfg.Rules[1].MaxTokens != 60_000 {
+	if len(cfg.Rules) != 2 || windowOf(cfg.Rules[0]).Quota != limiter.QuotaBedrock || windowOf(cfg.Rules[1]).Quota != limiter.QuotaBedrock || windowOf(cfg.Rules[1]).MaxTokens != 60_000 {
 		t.Fatalf("rules %+v", cfg.Rules)
 	}
 	if w := cfg.Warnings(); len(w) != 0 {
@@ -469,7 +474,7 @@ func TestBedrockProvider(t *testing.T) {
 		t.Fatalf("endpoints ignored: %v %q", err, cfg.Providers[0].BaseURL)
 	}
 	cfg, err = load(t, Env{"TOLLGATE_CONFIG": "", "SET_PROVIDER_RATE_LIMIT_BEDROCK": `[{"period":"minute","max_tokens":60000,"quota":"bedrock"}]`})
-	if err != nil || len(cfg.Rules) != 1 || cfg.Rules[0].Quota != limiter.QuotaBedrock {
+	if err != nil || len(cfg.Rules) != 1 || windowOf(cfg.Rules[0]).Quota != limiter.QuotaBedrock {
 		t.Fatalf("quota from the environment: %v %+v", err, cfg.Rules)
 	}
 	if w := cfg.Warnings(); len(w) != 1 || !strings.Contains(w[0], "not configured") {
@@ -542,4 +547,20 @@ func TestBadAlertsConfig(t *testing.T) {
 			t.Errorf("the errors lack %q:\n%v", want, err)
 		}
 	}
+}
+
+// windowOf, budgetOf: a rule's limit of that kind, or its zero value.
+func windowOf(r limiter.Rule) limiter.Window { w, _ := r.Limit.(limiter.Window); return w }
+func budgetOf(r limiter.Rule) limiter.Budget { b, _ := r.Limit.(limiter.Budget); return b }
+
+// maxima are a window's request and token limits, or a gauge's requests
+// in flight.
+func maxima(r limiter.Rule) (req, tok int64) {
+	switch l := r.Limit.(type) {
+	case limiter.Window:
+		return l.MaxRequests, l.MaxTokens
+	case limiter.Gauge:
+		return l.MaxInFlight, 0
+	}
+	return 0, 0
 }

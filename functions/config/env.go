@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -74,18 +73,37 @@ func envPath(suffix string) string {
 	return "/" + strings.Join(segs, "/")
 }
 
-// compactKeys maps the compact form's keys to a period and a dimension.
+// compactKeys maps the compact form's keys to the limit they set (a
+// window of a period, or the gauge) and whether they set its tokens.
 var compactKeys = map[string]struct {
-	period time.Duration
+	limit  limiter.Limit
 	tokens bool
 }{
-	"rpm":        {limiter.Minute, false},
-	"tpm":        {limiter.Minute, true},
-	"rph":        {limiter.Hour, false},
-	"tph":        {limiter.Hour, true},
-	"rpd":        {limiter.Day, false},
-	"tpd":        {limiter.Day, true},
-	"concurrent": {limiter.Concurrent, false},
+	"rpm":        {limiter.Window{Period: limiter.Minute}, false},
+	"tpm":        {limiter.Window{Period: limiter.Minute}, true},
+	"rph":        {limiter.Window{Period: limiter.Hour}, false},
+	"tph":        {limiter.Window{Period: limiter.Hour}, true},
+	"rpd":        {limiter.Window{Period: limiter.Day}, false},
+	"tpd":        {limiter.Window{Period: limiter.Day}, true},
+	"concurrent": {limiter.Gauge{}, false},
+}
+
+// withCompact is l with the limit of a compact key set to n: the
+// window's tokens or requests, or the gauge's requests in flight.
+func withCompact(l limiter.Limit, tokens bool, n int64) limiter.Limit {
+	switch l := l.(type) {
+	case limiter.Window:
+		if tokens {
+			l.MaxTokens = n
+		} else {
+			l.MaxRequests = n
+		}
+		return l
+	case limiter.Gauge:
+		l.MaxInFlight = n
+		return l
+	}
+	return l
 }
 
 // parseLimits reads one variable's value: the compact form
@@ -100,7 +118,7 @@ func parseLimits(scope limiter.Scope, subject, value string) ([]limiter.Rule, er
 	}
 	var rules []limiter.Rule
 	var errs []error
-	byPeriod := map[time.Duration]int{}
+	byPeriod := map[limiter.Limit]int{} // the key's limit, with none set → its rule
 	seen := map[string]bool{}
 	for item := range strings.SplitSeq(value, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(item), "=")
@@ -127,17 +145,13 @@ func parseLimits(scope limiter.Scope, subject, value string) ([]limiter.Rule, er
 			errs = append(errs, fmt.Errorf("%s: negative limit %d", k, n))
 			continue
 		}
-		i, ok := byPeriod[spec.period]
+		i, ok := byPeriod[spec.limit]
 		if !ok {
 			i = len(rules)
-			byPeriod[spec.period] = i
-			rules = append(rules, limiter.Rule{Scope: scope, Subject: subject, Period: spec.period, Source: limiter.SourceConfig})
+			byPeriod[spec.limit] = i
+			rules = append(rules, limiter.Rule{Scope: scope, Subject: subject, Limit: spec.limit, Source: limiter.SourceConfig})
 		}
-		if spec.tokens {
-			rules[i].MaxTokens = n
-		} else {
-			rules[i].MaxRequests = n
-		}
+		rules[i].Limit = withCompact(rules[i].Limit, spec.tokens, n)
 	}
 	for _, r := range rules {
 		errs = append(errs, r.Validate())

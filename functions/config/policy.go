@@ -151,90 +151,29 @@ func BudgetRule(scope limiter.Scope, subject string, perChild bool, amount usdTe
 	if err == nil && cost == 0 {
 		errs = append(errs, errors.New("amount_usd: a budget needs an amount above 0"))
 	}
-	r.MaxCost = cost
+	b := limiter.Budget{MaxCost: cost}
 	if period == "" {
 		errs = append(errs, errors.New("period: missing (want hour, day, week or month)"))
 	} else {
-		r.Calendar, err = limiter.ParseCalendar(period)
+		b.Calendar, err = limiter.ParseCalendar(period)
 		errs = append(errs, err)
 	}
+	r.Limit = b
 	if err := errors.Join(errs...); err != nil {
 		return r, err
 	}
 	return r, r.Validate()
 }
 
+// loadPolicy reads what the consumer side of a file sets: tag and key
+// rate limits, budgets and their time zone, and prices.
 func (cfg *Config) loadPolicy(f *file, at func(keys ...any) string) error {
 	var errs []error
-	add := func(where string, r limiter.Rule, err error) {
-		errs = append(errs, prefix(where, err))
-		cfg.Rules = appendIfValid(cfg.Rules, r, err)
-	}
 	if rl := f.RateLimits; rl != nil {
-		for i, t := range rl.Tags {
-			subject, each, err := TagSubject(t.Tag, t.Value)
-			if t.Tag == "" {
-				err = errors.Join(err, errors.New("tag: missing"))
-			}
-			if err != nil {
-				errs = append(errs, prefix(at("rate_limits", "tags", i), err))
-				continue
-			}
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "tags", i}, limiter.ScopeTag, subject, each, t.Limits)...)
-			if len(t.Limits) == 0 {
-				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "tags", i)))
-			}
-		}
-		for i, k := range rl.Keys {
-			if k.Key == "" {
-				errs = append(errs, fmt.Errorf("%s: key is missing (want each or a key id)", at("rate_limits", "keys", i)))
-				continue
-			}
-			subject, each := KeySubject(k.Key)
-			errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "keys", i}, limiter.ScopeKey, subject, each, k.Limits)...)
-			if len(k.Limits) == 0 {
-				errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "keys", i)))
-			}
-		}
+		errs = append(errs, cfg.loadConsumerLimits(rl, at)...)
 	}
 	if b := f.Budgets; b != nil {
-		budget := func(where string, scope limiter.Scope, subject, missing string, perChild bool, a budgetAmount) {
-			if subject == "" {
-				errs = append(errs, fmt.Errorf("%s: %s is missing", where, missing))
-				return
-			}
-			r, err := BudgetRule(scope, subject, perChild, a.AmountUSD, a.Period, a.Shadow)
-			if err == nil && a.FairShare != nil {
-				r.FairShare = a.FairShare.fairShare()
-				err = r.Validate()
-			}
-			add(where, r, err)
-		}
-		for i, u := range b.UserPaths {
-			budget(at("budgets", "user_paths", i), limiter.ScopeUserPath, u.Path, "path", u.PerChild, u.budgetAmount)
-		}
-		for i, p := range b.Providers {
-			budget(at("budgets", "providers", i), limiter.ScopeProvider, p.Name, "name", false, p.budgetAmount)
-		}
-		for i, m := range b.Models {
-			budget(at("budgets", "models", i), limiter.ScopeModel, m.Model, "model", false, m.budgetAmount)
-		}
-		for i, k := range b.Keys {
-			subject, each := KeySubject(k.Key)
-			budget(at("budgets", "keys", i), limiter.ScopeKey, subject, "key", each, k.budgetAmount)
-		}
-		for i, t := range b.Tags {
-			where := at("budgets", "tags", i)
-			subject, each, err := TagSubject(t.Tag, t.Value)
-			if err != nil {
-				errs = append(errs, prefix(where, err))
-				continue
-			}
-			if t.Tag == "" {
-				subject = ""
-			}
-			budget(where, limiter.ScopeTag, subject, "tag", each, t.budgetAmount)
-		}
+		errs = append(errs, cfg.loadBudgets(b, at)...)
 	}
 	if f.BudgetTimezone != "" {
 		loc, err := time.LoadLocation(f.BudgetTimezone)
@@ -244,14 +183,96 @@ func (cfg *Config) loadPolicy(f *file, at func(keys ...any) string) error {
 			cfg.BudgetLocation = loc
 		}
 	}
+	errs = append(errs, cfg.loadPrices(f.Prices, at)...)
+	return errors.Join(errs...)
+}
+
+// loadConsumerLimits reads rate_limits' tags and keys.
+func (cfg *Config) loadConsumerLimits(rl *rateLimits, at func(keys ...any) string) []error {
+	var errs []error
+	for i, t := range rl.Tags {
+		subject, each, err := TagSubject(t.Tag, t.Value)
+		if t.Tag == "" {
+			err = errors.Join(err, errors.New("tag: missing"))
+		}
+		if err != nil {
+			errs = append(errs, prefix(at("rate_limits", "tags", i), err))
+			continue
+		}
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "tags", i}, limiter.ScopeTag, subject, each, t.Limits)...)
+		if len(t.Limits) == 0 {
+			errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "tags", i)))
+		}
+	}
+	for i, k := range rl.Keys {
+		if k.Key == "" {
+			errs = append(errs, fmt.Errorf("%s: key is missing (want each or a key id)", at("rate_limits", "keys", i)))
+			continue
+		}
+		subject, each := KeySubject(k.Key)
+		errs = append(errs, cfg.addLimits(at, []any{"rate_limits", "keys", i}, limiter.ScopeKey, subject, each, k.Limits)...)
+		if len(k.Limits) == 0 {
+			errs = append(errs, fmt.Errorf("%s: no limits", at("rate_limits", "keys", i)))
+		}
+	}
+	return errs
+}
+
+// loadBudgets reads budgets, of every scope, into budget rules.
+func (cfg *Config) loadBudgets(b *budgetsSpec, at func(keys ...any) string) []error {
+	var errs []error
+	budget := func(where string, scope limiter.Scope, subject, missing string, perChild bool, a budgetAmount) {
+		if subject == "" {
+			errs = append(errs, fmt.Errorf("%s: %s is missing", where, missing))
+			return
+		}
+		r, err := BudgetRule(scope, subject, perChild, a.AmountUSD, a.Period, a.Shadow)
+		if err == nil && a.FairShare != nil {
+			r.FairShare = a.FairShare.fairShare()
+			err = r.Validate()
+		}
+		errs = append(errs, prefix(where, err))
+		cfg.Rules = appendIfValid(cfg.Rules, r, err)
+	}
+	for i, u := range b.UserPaths {
+		budget(at("budgets", "user_paths", i), limiter.ScopeUserPath, u.Path, "path", u.PerChild, u.budgetAmount)
+	}
+	for i, p := range b.Providers {
+		budget(at("budgets", "providers", i), limiter.ScopeProvider, p.Name, "name", false, p.budgetAmount)
+	}
+	for i, m := range b.Models {
+		budget(at("budgets", "models", i), limiter.ScopeModel, m.Model, "model", false, m.budgetAmount)
+	}
+	for i, k := range b.Keys {
+		subject, each := KeySubject(k.Key)
+		budget(at("budgets", "keys", i), limiter.ScopeKey, subject, "key", each, k.budgetAmount)
+	}
+	for i, t := range b.Tags {
+		where := at("budgets", "tags", i)
+		subject, each, err := TagSubject(t.Tag, t.Value)
+		if err != nil {
+			errs = append(errs, prefix(where, err))
+			continue
+		}
+		if t.Tag == "" {
+			subject = ""
+		}
+		budget(where, limiter.ScopeTag, subject, "tag", each, t.budgetAmount)
+	}
+	return errs
+}
+
+// loadPrices reads prices: per model or provider/model, and the default.
+func (cfg *Config) loadPrices(prices map[string]priceSpec, at func(keys ...any) string) []error {
+	var errs []error
 	cfg.Prices = map[string]limiter.Price{}
-	keys := make([]string, 0, len(f.Prices))
-	for k := range f.Prices {
+	keys := make([]string, 0, len(prices))
+	for k := range prices {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		p, err := f.Prices[k].price()
+		p, err := prices[k].price()
 		if err != nil {
 			errs = append(errs, prefix(at("prices", k), err))
 			continue
@@ -266,7 +287,7 @@ func (cfg *Config) loadPolicy(f *file, at func(keys ...any) string) error {
 		}
 		cfg.Prices[k] = p
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // PriceTable is the configured prices over the built-in ones.
@@ -327,8 +348,9 @@ func (cfg *Config) budgetLocationFromEnv(env Env) error {
 // WithBudgetLocation returns rules with every budget's zone set to loc.
 func WithBudgetLocation(rules []limiter.Rule, loc *time.Location) []limiter.Rule {
 	for i := range rules {
-		if rules[i].IsBudget() {
-			rules[i].Location = loc
+		if b, ok := rules[i].Limit.(limiter.Budget); ok {
+			b.Location = loc
+			rules[i].Limit = b
 		}
 	}
 	return rules

@@ -255,7 +255,7 @@ func (cfg *Config) Warnings() []string {
 		}
 	}
 	for _, r := range cfg.Rules {
-		if r.Quota != limiter.QuotaBedrock {
+		if w, ok := r.Limit.(limiter.Window); !ok || w.Quota != limiter.QuotaBedrock {
 			continue
 		}
 		name := r.Subject

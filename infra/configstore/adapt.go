@@ -105,9 +105,11 @@ func (w *Watcher) adaptRules(merged []limiter.Rule) {
 		}
 		if rep, ok := (*reps)[reportKeyOf(*r)]; ok {
 			adapted := r.Adapted(rep)
-			if adapted.MaxRequests != r.MaxRequests || adapted.MaxTokens != r.MaxTokens {
+			was, _ := r.Limit.(limiter.Window)
+			now, _ := adapted.Limit.(limiter.Window)
+			if now.MaxRequests != was.MaxRequests || now.MaxTokens != was.MaxTokens {
 				w.log.Info("rule adapted to what its upstream reports", "rule", r.ID(),
-					"requests", adapted.MaxRequests, "tokens", adapted.MaxTokens, "configured_requests", r.MaxRequests, "configured_tokens", r.MaxTokens)
+					"requests", now.MaxRequests, "tokens", now.MaxTokens, "configured_requests", was.MaxRequests, "configured_tokens", was.MaxTokens)
 			}
 			*r = adapted
 		}

@@ -52,7 +52,7 @@ func TestDynamo(t *testing.T) {
 }
 
 func rule(subject string, period time.Duration, max int64) configstore.Rule {
-	return configstore.Rule{Rule: limiter.Rule{Scope: limiter.ScopeUserPath, Subject: subject, Period: period, MaxRequests: max, Source: limiter.SourceManual}}
+	return configstore.Rule{Rule: limiter.Rule{Scope: limiter.ScopeUserPath, Subject: subject, Limit: limiter.Window{Period: period, MaxRequests: max}, Source: limiter.SourceManual}}
 }
 
 func suite(t *testing.T, open func(t *testing.T) store) {
@@ -125,7 +125,7 @@ func suite(t *testing.T, open func(t *testing.T) store) {
 	})
 	t.Run("Layouts", func(t *testing.T) {
 		s := open(t)
-		k := limiter.MakeRuleKey(limiter.ScopeProvider, "hot", time.Minute)
+		k := limiter.MakeRuleKey(limiter.ScopeProvider, "hot", limiter.Window{Period: time.Minute})
 		at := time.Date(2026, 3, 2, 0, 1, 0, 0, time.UTC)
 		l := configstore.Layout{History: []limiter.ShardLayout{{Shards: 1}, {Shards: 4, Since: at}}, Generation: "g1", Writer: at.Add(-time.Hour)}
 		v0, _ := s.Version(ctx)
@@ -170,7 +170,7 @@ func suite(t *testing.T, open func(t *testing.T) store) {
 		snap, _ := s.Snapshot(ctx)
 		gen := snap.Generations[key]
 		up, err := s.PutRule(ctx, rule("/a", time.Minute, 7), key, 1)
-		if err != nil || up.Version != 2 || up.MaxRequests != 7 {
+		if err != nil || up.Version != 2 || up.Limit != (limiter.Window{Period: time.Minute, MaxRequests: 7}) {
 			t.Fatal(up, err)
 		}
 		if snap, _ := s.Snapshot(ctx); snap.Generations[key] != gen {

@@ -2,8 +2,6 @@ package configstore
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -119,119 +117,6 @@ func getN(item map[string]types.AttributeValue, name string) int64 {
 func getB(item map[string]types.AttributeValue, name string) bool {
 	v, ok := item[name].(*types.AttributeValueMemberBOOL)
 	return ok && v.Value
-}
-
-func ruleItem(r Rule) map[string]types.AttributeValue {
-	item := key(pkRule, string(r.Key()))
-	item["scope"] = sv(r.Scope.String())
-	item["subject"] = sv(r.Subject)
-	item["period"] = nv(int64(r.Period / time.Second))
-	item["max_requests"] = nv(r.MaxRequests)
-	item["max_tokens"] = nv(r.MaxTokens)
-	item["max_input_tokens"] = nv(r.MaxInputTokens)
-	item["max_output_tokens"] = nv(r.MaxOutputTokens)
-	item["per_child"] = bv(r.PerChild)
-	item["shards"] = nv(int64(r.Shards))
-	if r.Window != limiter.WindowSliding {
-		item["window"] = sv(r.Window.String())
-	}
-	if r.Quota != limiter.QuotaStandard {
-		item["quota"] = sv(r.Quota.String())
-	}
-	if b := r.Bucket; b != nil {
-		item["capacity"] = nv(b.Capacity)
-		item["refill_per_second"] = &types.AttributeValueMemberN{Value: strconv.FormatFloat(b.RefillPerSecond, 'g', -1, 64)}
-		item["bucket_tokens"] = bv(b.Tokens)
-	}
-	if r.IsBudget() {
-		item["max_cost"] = nv(r.MaxCost)
-		item["calendar"] = sv(r.Calendar.String())
-	}
-	if r.Priority != 0 {
-		item["priority"] = nv(int64(r.Priority))
-	}
-	if r.Always {
-		item["always"] = bv(true)
-	}
-	if r.Shadow {
-		item["shadow"] = bv(true)
-	}
-	if p := r.Ramp; p != nil {
-		item["ramp"] = sv(fmt.Sprintf("%d %d %d %d", p.Start, p.Step, p.Every.Milliseconds(), p.Max))
-	}
-	if f := r.FairShare; f != nil {
-		b, _ := json.Marshal(f)
-		item["fair_share"] = sv(string(b))
-	}
-	item["version"] = nv(r.Version)
-	item["created_at"] = nv(r.CreatedAt.UnixMilli())
-	item["updated_at"] = nv(r.UpdatedAt.UnixMilli())
-	return item
-}
-
-func decodeRule(item map[string]types.AttributeValue) (Rule, error) {
-	scope, err := limiter.ParseScope(getS(item, "scope"))
-	if err != nil {
-		return Rule{}, err
-	}
-	r := Rule{
-		Rule: limiter.Rule{
-			Scope:           scope,
-			Subject:         getS(item, "subject"),
-			Period:          time.Duration(getN(item, "period")) * time.Second,
-			MaxRequests:     getN(item, "max_requests"),
-			MaxTokens:       getN(item, "max_tokens"),
-			MaxInputTokens:  getN(item, "max_input_tokens"),
-			MaxOutputTokens: getN(item, "max_output_tokens"),
-			PerChild:        getB(item, "per_child"),
-			Shards:          int(getN(item, "shards")),
-			Source:          limiter.SourceManual,
-		},
-		Version:   getN(item, "version"),
-		CreatedAt: time.UnixMilli(getN(item, "created_at")).UTC(),
-		UpdatedAt: time.UnixMilli(getN(item, "updated_at")).UTC(),
-	}
-	var errs []error
-	if w := getS(item, "window"); w != "" {
-		r.Window, err = limiter.ParseWindow(w)
-		errs = append(errs, err)
-	}
-	if q := getS(item, "quota"); q != "" {
-		r.Quota, err = limiter.ParseQuota(q)
-		errs = append(errs, err)
-	}
-	if _, ok := item["capacity"]; ok {
-		b := &limiter.Bucket{Capacity: getN(item, "capacity"), Tokens: getB(item, "bucket_tokens")}
-		if v, ok := item["refill_per_second"].(*types.AttributeValueMemberN); ok {
-			b.RefillPerSecond, err = strconv.ParseFloat(v.Value, 64)
-			errs = append(errs, err)
-		}
-		r.Bucket = b
-	}
-	if c := getS(item, "calendar"); c != "" {
-		r.MaxCost = getN(item, "max_cost")
-		r.Calendar, err = limiter.ParseCalendar(c)
-		errs = append(errs, err)
-	}
-	r.Priority = int(getN(item, "priority"))
-	r.Always, r.Shadow = getB(item, "always"), getB(item, "shadow")
-	if s := getS(item, "ramp"); s != "" {
-		var p limiter.Ramp
-		var every int64
-		if _, err := fmt.Sscanf(s, "%d %d %d %d", &p.Start, &p.Step, &every, &p.Max); err != nil {
-			errs = append(errs, fmt.Errorf("ramp %q: %w", s, err))
-		}
-		p.Every = time.Duration(every) * time.Millisecond
-		r.Ramp = &p
-	}
-	if s := getS(item, "fair_share"); s != "" {
-		r.FairShare = &limiter.FairShare{}
-		errs = append(errs, json.Unmarshal([]byte(s), r.FairShare))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Rule{}, fmt.Errorf("rule %s: %w", getS(item, "sk"), err)
-	}
-	return r, nil
 }
 
 func (d *Dynamo) query(ctx context.Context, pk string) ([]map[string]types.AttributeValue, error) {

@@ -20,7 +20,7 @@ func TestInstancesAgreeOnShardLayout(t *testing.T) {
 	src := NewMemory()
 	counters := memstore.New()
 	t0 := time.Date(2026, 3, 2, 0, 0, 10, 0, time.UTC) // 10 s into a minute
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Period: time.Minute, MaxRequests: 100, Source: limiter.SourceConfig}
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "hot", Limit: limiter.Window{Period: time.Minute, MaxRequests: 100}, Source: limiter.SourceConfig}
 	instance := func(shards int, started time.Time) (*Watcher, *limiter.Limiter) {
 		r := rule
 		r.Shards = shards

@@ -228,8 +228,9 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 	w.ramps.Store(&ramps)
 	w.adaptRules(merged) // after the ramps: a ramp never lifts a rule above its report
 	for i := range merged {
-		if merged[i].IsBudget() && merged[i].Source == limiter.SourceManual {
-			merged[i].Location = w.budgetZone.Load()
+		if b, ok := merged[i].Limit.(limiter.Budget); ok && merged[i].Source == limiter.SourceManual {
+			b.Location = w.budgetZone.Load()
+			merged[i].Limit = b
 		}
 	}
 	rs, err := limiter.NewRules(w.layouts(ctx, merged, snap, now))

@@ -142,30 +142,30 @@ func BenchmarkAdmission(b *testing.B) {
 		rules []limiter.Rule
 	}{
 		{"1rule", 1, []limiter.Rule{
-			{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: huge},
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: huge}},
 		}},
 		{"3rules", 3, []limiter.Rule{
-			{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: huge},
-			{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: huge},
-			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Hour, MaxRequests: huge},
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: huge}},
+			{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: huge}},
+			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Limit: limiter.Window{Period: time.Hour, MaxRequests: huge}},
 		}},
 		// A budget and three windows: four counters and the lease that
 		// settles the budget, in one round.
 		{"3rules+budget", 5, []limiter.Rule{
-			{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: huge},
-			{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: huge},
-			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Hour, MaxRequests: huge},
-			{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: huge, Calendar: limiter.CalendarMonth},
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: huge}},
+			{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: huge}},
+			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Limit: limiter.Window{Period: time.Hour, MaxRequests: huge}},
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Budget{MaxCost: huge, Calendar: limiter.CalendarMonth}},
 		}},
 		// A token bucket of requests: one conditional write, on the side
 		// its last value says.
 		{"bucket", 1, []limiter.Rule{
-			{Scope: limiter.ScopeUserPath, Subject: "/team", Bucket: &limiter.Bucket{Capacity: 1e9, RefillPerSecond: 1e6}},
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Bucket{Capacity: 1e9, RefillPerSecond: 1e6}},
 		}},
 		{"3rules+tokens+slot", 5, []limiter.Rule{
-			{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: huge, MaxTokens: huge},
-			{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: limiter.MaxSlotsPerShard},
-			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Period: time.Hour, MaxRequests: huge},
+			{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: huge, MaxTokens: huge}},
+			{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Gauge{MaxInFlight: limiter.MaxSlotsPerShard}},
+			{Scope: limiter.ScopeModel, Subject: "openai/gpt-4o", Limit: limiter.Window{Period: time.Hour, MaxRequests: huge}},
 		}},
 	}
 	for _, c := range cases {
@@ -180,7 +180,7 @@ func BenchmarkAdmission(b *testing.B) {
 		limit  int64
 		shards int
 	}{{10, 0}, {50, 0}, {200, 0}, {200, 8}} {
-		rules := []limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: c.limit, Shards: c.shards}}
+		rules := []limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Gauge{MaxInFlight: c.limit}, Shards: c.shards}}
 		b.Run(fmt.Sprintf("slot-at-limit-%d-shards-%d/local", c.limit, max(c.shards, 1)), func(b *testing.B) {
 			benchmarkAdmission(b, 0, 2, rules, c.limit-1)
 		})

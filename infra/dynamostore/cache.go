@@ -109,7 +109,7 @@ func (rc rejectCache) check(now time.Time, ttl time.Duration, charges []limiter.
 	var states []limiter.State
 	for i := range charges {
 		c := &charges[i]
-		if c.Period == limiter.Concurrent {
+		if c.IsGauge() {
 			continue
 		}
 		e, ok := rc.c.Get(keys[i])
@@ -139,7 +139,7 @@ func (rc rejectCache) remember(now time.Time, ttl time.Duration, charges []limit
 		return
 	}
 	for i, st := range states {
-		if st.Refused && charges[i].Period != limiter.Concurrent {
+		if st.Refused && !charges[i].IsGauge() {
 			rc.c.Put(keys[i], rejectEntry{prev: st.Prev, cur: st.Cur, reserved: st.Reserved, at: now})
 		}
 	}

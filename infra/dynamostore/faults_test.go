@@ -281,7 +281,7 @@ func TestHungStoreAnswersByTheDeadline(t *testing.T) {
 	now := storetest.T0
 	w := now.UnixNano() / int64(time.Minute)
 	win := limiter.Charge{Counter: limiter.Counter{Rule: "hung-w", Kind: limiter.KindRequests, Window: w}, Period: time.Minute, Limit: 5, Amount: 1}
-	slot := limiter.Charge{Counter: limiter.Counter{Rule: "hung-g", Kind: limiter.KindInFlight}, Period: limiter.Concurrent, Limit: 5, Amount: 1}
+	slot := limiter.Charge{Counter: limiter.Counter{Rule: "hung-g", Kind: limiter.KindInFlight}, Limit: 5, Amount: 1}
 	lease := &limiter.Lease{ID: "hung-1", AdmittedAt: now, ExpiresAt: now.Add(time.Hour), Charges: []limiter.Charge{win, slot}}
 	f.hung.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

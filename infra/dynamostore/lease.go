@@ -124,7 +124,7 @@ func (s *Store) release(ctx context.Context, l *limiter.Lease) (bool, error) {
 // and takes the usage, so the reconciler still settles it.
 func (s *Store) Complete(ctx context.Context, now time.Time, l *limiter.Lease, used limiter.Usage) error {
 	released := true
-	if holdsSlots(l) {
+	if l.HoldsSlots() {
 		if _, err := s.release(ctx, l); err != nil {
 			released = false
 			s.log.Warn("could not give back a completed request's slots; the reconciler will", "lease", l.ID, "err", err)

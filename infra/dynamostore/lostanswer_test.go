@@ -35,7 +35,7 @@ func minute(rule string, kind limiter.Kind, now time.Time, limit, amount int64) 
 }
 
 func slot(rule string, limit int64) limiter.Charge {
-	return limiter.Charge{Counter: limiter.Counter{Rule: rule, Kind: limiter.KindInFlight}, Period: limiter.Concurrent, Limit: limit, Amount: 1}
+	return limiter.Charge{Counter: limiter.Counter{Rule: rule, Kind: limiter.KindInFlight}, Limit: limit, Amount: 1}
 }
 
 var leaseN int

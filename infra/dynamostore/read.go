@@ -26,7 +26,7 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 	for i := range charges {
 		c := &charges[i]
 		keys = append(keys, CounterKey(c.Counter))
-		if c.Period == limiter.Concurrent {
+		if c.IsGauge() {
 			gauges = true
 		} else if c.Sliding() {
 			keys = append(keys, prevSources(c)...)

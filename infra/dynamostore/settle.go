@@ -169,10 +169,11 @@ func chunkSettlements(todo []settlement) [][]settlement {
 // settleItems builds one transaction: a marker per lease and one summed
 // ADD per counter, the counter keys of which it returns in their order
 // after the markers. A refund is conditioned on leaving the counter at or
-// above zero; for counters in floors, it refunds at most what they held. An overshoot on
-// a token bucket moves it to max(value, floor) + overshoot, floor being
-// the latest admission among the leases: one of two conditional updates,
-// as in addBucket, the side guessed in sides.
+// above zero; for counters in floors, it refunds at most what they held.
+// An overshoot on a token bucket moves it to max(value, floor) +
+// overshoot, floor being the latest admission among the leases: one of
+// two conditional updates, as in addBucket, the side guessed in sides
+// (settleUpdate).
 func (s *Store) settleItems(chunk []settlement, floors map[string]int64, sides map[string]bool) ([]types.TransactWriteItem, []string) {
 	var items []types.TransactWriteItem
 	sums := map[string]int64{}
@@ -215,47 +216,54 @@ func (s *Store) settleItems(chunk []settlement, floors map[string]int64, sides m
 		if d == 0 && rel == 0 {
 			continue
 		}
-		c := charge[k]
-		u := &types.Update{
-			TableName:                 &s.tables.Counters,
-			Key:                       keyOf(k),
-			UpdateExpression:          aws.String("ADD #n :d SET #t = if_not_exists(#t, :t)"),
-			ExpressionAttributeNames:  map[string]string{"#n": attrN, "#t": attrTTL},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":d": n(d), ":t": n(s.ttlAfter(c.WindowEnd().Add(c.Period)))},
-		}
-		if rel != 0 {
-			// What was reserved is now spent (or refunded, by d).
-			u.UpdateExpression = aws.String("ADD #n :d, #r :rel SET #t = if_not_exists(#t, :t)")
-			u.ExpressionAttributeNames["#r"] = attrReserved
-			u.ExpressionAttributeValues[":rel"] = n(-rel)
-		}
-		switch {
-		case d < 0:
-			// An overshoot is charged even past the limit; a refund never
-			// takes the counter below zero.
-			u.ConditionExpression = aws.String("#n >= :r")
-			u.ExpressionAttributeValues[":r"] = n(-d)
-		case d > 0 && c.Shape == limiter.ShapeBucket:
-			full, guessed := sides[k]
-			if !guessed {
-				v, seen := s.buckets.Get(k)
-				full = !seen || v < c.Floor
-				sides[k] = full
-			}
-			u.ExpressionAttributeValues[":f"] = n(c.Floor)
-			if full {
-				u.UpdateExpression = aws.String("SET #n = :v, #t = if_not_exists(#t, :t)")
-				u.ConditionExpression = aws.String("attribute_not_exists(#n) OR #n < :f")
-				u.ExpressionAttributeValues[":v"] = n(limiter.SatAdd(c.Floor, d))
-				delete(u.ExpressionAttributeValues, ":d")
-			} else {
-				u.ConditionExpression = aws.String("#n >= :f")
-			}
-		}
+		u := s.settleUpdate(k, charge[k], d, rel, sides)
 		items = append(items, types.TransactWriteItem{Update: u})
 		counters = append(counters, k)
 	}
 	return items, counters
+}
+
+// settleUpdate is the update of counter k by d, the settlement's summed
+// correction, releasing rel of what was reserved; c is the charge of the
+// counter the leases share (for a bucket, the latest admission's).
+func (s *Store) settleUpdate(k string, c *limiter.Charge, d, rel int64, sides map[string]bool) *types.Update {
+	u := &types.Update{
+		TableName:                 &s.tables.Counters,
+		Key:                       keyOf(k),
+		UpdateExpression:          aws.String("ADD #n :d SET #t = if_not_exists(#t, :t)"),
+		ExpressionAttributeNames:  map[string]string{"#n": attrN, "#t": attrTTL},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":d": n(d), ":t": n(s.ttlAfter(c.WindowEnd().Add(c.Period)))},
+	}
+	if rel != 0 {
+		// What was reserved is now spent (or refunded, by d).
+		u.UpdateExpression = aws.String("ADD #n :d, #r :rel SET #t = if_not_exists(#t, :t)")
+		u.ExpressionAttributeNames["#r"] = attrReserved
+		u.ExpressionAttributeValues[":rel"] = n(-rel)
+	}
+	switch {
+	case d < 0:
+		// An overshoot is charged even past the limit; a refund never
+		// takes the counter below zero.
+		u.ConditionExpression = aws.String("#n >= :r")
+		u.ExpressionAttributeValues[":r"] = n(-d)
+	case d > 0 && c.Shape == limiter.ShapeBucket:
+		full, guessed := sides[k]
+		if !guessed {
+			v, seen := s.buckets.Get(k)
+			full = !seen || v < c.Floor
+			sides[k] = full
+		}
+		u.ExpressionAttributeValues[":f"] = n(c.Floor)
+		if full {
+			u.UpdateExpression = aws.String("SET #n = :v, #t = if_not_exists(#t, :t)")
+			u.ConditionExpression = aws.String("attribute_not_exists(#n) OR #n < :f")
+			u.ExpressionAttributeValues[":v"] = n(limiter.SatAdd(c.Floor, d))
+			delete(u.ExpressionAttributeValues, ":d")
+		} else {
+			u.ConditionExpression = aws.String("#n >= :f")
+		}
+	}
+	return u
 }
 
 // markerRace reports whether a transaction was cancelled because a settled

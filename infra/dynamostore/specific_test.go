@@ -195,7 +195,7 @@ func TestExpireReleasesOrphansOnce(t *testing.T) {
 // admits more than its limit across concurrent instances.
 func TestShardedRuleAcrossInstances(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
-	rs, err := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "hot", Period: time.Minute, MaxRequests: 30, Shards: 4}})
+	rs, err := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "hot", Limit: limiter.Window{Period: time.Minute, MaxRequests: 30}, Shards: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}

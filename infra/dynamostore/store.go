@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,7 +247,7 @@ func (s *Store) Charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	keys := make([]string, len(charges))
 	for i := range charges {
 		c := &charges[i]
-		if c.Period == limiter.Concurrent && (lease == nil || c.Amount != 1) {
+		if c.IsGauge() && (lease == nil || c.Amount != 1) {
 			return limiter.Outcome{}, errors.New("dynamostore: a slot is one unit held by a lease")
 		}
 		keys[i] = CounterKey(c.Counter)
@@ -328,7 +327,7 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 			return
 		}
 		c := &charges[i]
-		if c.Period == limiter.Concurrent {
+		if c.IsGauge() {
 			res[i], held[i] = s.acquire(ctx, keys[i], c, lease, now)
 			return
 		}
@@ -346,7 +345,7 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 			admitted = false
 		case r.refused:
 			admitted = false
-			if charges[i].Period == limiter.Concurrent {
+			if charges[i].IsGauge() {
 				full = append(full, fullGauge{key: keys[i], entries: held[i]})
 			}
 		}
@@ -397,7 +396,7 @@ func (s *Store) undo(ctx context.Context, now time.Time, charges []limiter.Charg
 		c, r := &charges[i], res[i]
 		switch {
 		case r.applied == notApplied:
-		case c.Period == limiter.Concurrent:
+		case c.IsGauge():
 			if _, err := s.releaseSlot(undo, keys[i], slotEntry(lease)); err != nil {
 				unreleased.Store(true)
 				s.log.Warn("could not give back a refused request's slot; the reconciler or the next full refusal will", "counter", keys[i], "err", err)
@@ -525,7 +524,7 @@ func (s *Store) accountOut(cc *types.ConsumedCapacity) {
 // period after its window closes (it is then no longer anyone's prev) plus
 // time for late settlements; a gauge well after any lease could hold it.
 func (s *Store) counterTTL(c *limiter.Charge, now time.Time) int64 {
-	if c.Period == limiter.Concurrent {
+	if c.IsGauge() {
 		return s.ttlAfter(now.Add(limiter.DefaultLeaseTTL))
 	}
 	return s.ttlAfter(c.WindowEnd().Add(c.Period))
@@ -594,7 +593,7 @@ func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) e
 // and is "" for one that holds none: only slots need releasing when a
 // process dies; a reservation stays charged anyway.
 func (s *Store) indexShard(l *limiter.Lease) string {
-	if !holdsSlots(l) {
+	if !l.HoldsSlots() {
 		return ""
 	}
 	id := l.ID
@@ -603,10 +602,6 @@ func (s *Store) indexShard(l *limiter.Lease) string {
 		h = (h ^ uint32(id[i])) * 16777619
 	}
 	return fmt.Sprintf("a%d", h%uint32(s.opts.LeaseIndexShards))
-}
-
-func holdsSlots(l *limiter.Lease) bool {
-	return slices.ContainsFunc(l.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight })
 }
 
 // putLease writes a new lease. Resent after it landed, its condition

@@ -264,11 +264,11 @@ func (s *Store) reserve(c *limiter.Charge, d int64) {
 func (s *Store) add(c *limiter.Charge, d int64) {
 	cl := s.counters[c.Counter]
 	cl.n = max(0, limiter.SatAdd(cl.n, d))
-	if c.Period != limiter.Concurrent {
+	if !c.IsGauge() {
 		// A bucket's one counter lives as long as it is written to.
 		cl.expires = max(cl.expires, c.WindowEnd().Add(c.Period+settleGrace).UnixNano())
 	}
-	if cl.n == 0 && c.Period == limiter.Concurrent {
+	if cl.n == 0 && c.IsGauge() {
 		delete(s.counters, c.Counter)
 		return
 	}

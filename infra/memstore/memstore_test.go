@@ -27,7 +27,7 @@ func TestLateCompletionSettled(t *testing.T) {
 	now := storetest.T0.Add(time.Second)
 	tok := limiter.Charge{Counter: limiter.Counter{Rule: "late", Kind: limiter.KindTokens, Window: now.UnixNano() / int64(time.Minute)},
 		Period: time.Minute, Limit: 10000, Amount: 1000}
-	g := limiter.Charge{Counter: limiter.Counter{Rule: "late-g", Kind: limiter.KindInFlight}, Period: limiter.Concurrent, Limit: 1, Amount: 1}
+	g := limiter.Charge{Counter: limiter.Counter{Rule: "late-g", Kind: limiter.KindInFlight}, Limit: 1, Amount: 1}
 	l := &limiter.Lease{ID: "late", AdmittedAt: now, ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{tok, g},
 		Reserved: limiter.Usage{InputTokens: 100, OutputTokens: 900}}
 	if out, _ := s.Charge(ctx, now, []limiter.Charge{tok, g}, l); !out.Admitted {

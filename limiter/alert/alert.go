@@ -209,37 +209,68 @@ func MakeID(kind, subject, dimension string, threshold float64) string {
 // names the alerts firing now (fleet-wide): one of them holds until its
 // value falls Hysteresis below its threshold.
 func Evaluate(cfg Config, in Input, active map[string]bool) []Alert {
-	var out []Alert
-	holds := func(a Alert, value, threshold float64) {
-		a.ID = MakeID(a.Kind, a.Subject, a.Dimension, a.Threshold)
-		a.Value = value
-		// A float's rounding never decides: 7.2 of 10 is 90 % of 80 %.
-		const eps = 1e-9
-		if value >= threshold-eps || active[a.ID] && value >= threshold*(1-Hysteresis)-eps {
-			out = append(out, a)
-		}
+	e := evaluation{cfg: cfg, in: in, active: active, hour: in.Now.UTC().Truncate(time.Hour).Format(time.RFC3339)}
+	e.uses()
+	e.refusalSpikes()
+	recent := window(in.Minutes, in.Now, RateWindow)
+	if cfg.Upstream429Rate > 0 {
+		e.upstream429s(recent)
 	}
-	hour := in.Now.UTC().Truncate(time.Hour).Format(time.RFC3339)
-	for _, u := range in.Uses {
+	if w := cfg.ClassWaits; w.Factor > 0 || w.PerMinute > 0 {
+		e.classWaits(recent)
+	}
+	if cfg.EstimateFactor > 1 {
+		e.estimates()
+	}
+	slices.SortFunc(e.out, func(a, b Alert) int { return strings.Compare(a.ID, b.ID) })
+	return e.out
+}
+
+// evaluation is one Evaluate: its inputs, the hour the alerts without a
+// period of their own fire in, and the alerts found to hold.
+type evaluation struct {
+	cfg    Config
+	in     Input
+	active map[string]bool
+	hour   string
+	out    []Alert
+}
+
+// holds adds alert a when value reaches threshold, or, a firing alert,
+// until it falls Hysteresis below.
+func (e *evaluation) holds(a Alert, value, threshold float64) {
+	a.ID = MakeID(a.Kind, a.Subject, a.Dimension, a.Threshold)
+	a.Value = value
+	// A float's rounding never decides: 7.2 of 10 is 90 % of 80 %.
+	const eps = 1e-9
+	if value >= threshold-eps || e.active[a.ID] && value >= threshold*(1-Hysteresis)-eps {
+		e.out = append(e.out, a)
+	}
+}
+
+// uses checks each rule's use against its thresholds, and forecasts
+// budgets.
+func (e *evaluation) uses() {
+	for _, u := range e.in.Uses {
 		if u.Limit <= 0 {
 			continue
 		}
 		frac := float64(u.Used) / float64(u.Limit)
-		period := hour
+		period := e.hour
 		var end *time.Time
 		if !u.PeriodStart.IsZero() {
-			e := u.PeriodEnd.UTC()
-			end = &e
+			pe := u.PeriodEnd.UTC()
+			end = &pe
 			if u.PeriodEnd.Sub(u.PeriodStart) >= time.Hour {
 				period = u.PeriodStart.UTC().Format(time.RFC3339)
 			}
 		}
-		for _, t := range thresholdsOf(cfg.Rules, u.Rule) {
-			holds(Alert{Kind: KindUse, Subject: u.Rule, Dimension: u.Dimension, Threshold: t, Used: u.Used, Limit: u.Limit,
+		for _, t := range thresholdsOf(e.cfg.Rules, u.Rule) {
+			e.holds(Alert{Kind: KindUse, Subject: u.Rule, Dimension: u.Dimension, Threshold: t, Used: u.Used, Limit: u.Limit,
 				Period: period, PeriodEnd: end, Message: useMessage(u, frac, t)}, frac, t)
 		}
-		if cfg.Forecast && u.Dimension == "usd" && end != nil {
-			if at, ok := Forecast(u.Limit, u.Used, u.Earlier, u.PeriodStart, in.Now, u.PeriodEnd); ok {
+		if e.cfg.Forecast && u.Dimension == "usd" && end != nil {
+			if at, ok := Forecast(u.Limit, u.Used, u.Earlier, u.PeriodStart, e.in.Now, u.PeriodEnd); ok {
 				a := Alert{Kind: KindForecast, Subject: u.Rule, Dimension: u.Dimension, Used: u.Used, Limit: u.Limit,
 					Period: u.PeriodStart.UTC().Format(time.RFC3339), PeriodEnd: end, Value: frac}
 				a.ID = MakeID(a.Kind, a.Subject, a.Dimension, 0)
@@ -247,77 +278,88 @@ func Evaluate(cfg Config, in Input, active map[string]bool) []Alert {
 				a.ExhaustsAt = &at
 				a.Message = fmt.Sprintf("%s will run out at %s, before its period ends at %s, at the last %s's rate ($%s of $%s spent)",
 					u.Rule, at.Format(time.RFC3339), end.Format(time.RFC3339), ForecastWindow, limiter.FormatUSD(u.Used), limiter.FormatUSD(u.Limit))
-				out = append(out, a)
+				e.out = append(e.out, a)
 			}
 		}
 	}
-	last := lastMinutes(in.Minutes, in.Now, 1)
-	if cfg.RefusalSpike > 0 && len(last) == 1 && last[0].Start.Equal(in.Now.Truncate(time.Minute).Add(-time.Minute)) {
+}
+
+// refusalSpikes checks the refusals of each rule in the last whole minute.
+func (e *evaluation) refusalSpikes() {
+	last := lastMinutes(e.in.Minutes, e.in.Now, 1)
+	if e.cfg.RefusalSpike > 0 && len(last) == 1 && last[0].Start.Equal(e.in.Now.Truncate(time.Minute).Add(-time.Minute)) {
 		for _, rule := range sortedKeys(last[0].Refusals) {
 			n := last[0].Refusals[rule]
-			holds(Alert{Kind: KindRefusalSpike, Subject: rule, Threshold: cfg.RefusalSpike, Period: hour,
-				Message: fmt.Sprintf("%s refused %.0f requests in the minute from %s (alert at %.0f a minute)", rule, n, last[0].Start.UTC().Format("15:04"), cfg.RefusalSpike)},
-				n, cfg.RefusalSpike)
+			e.holds(Alert{Kind: KindRefusalSpike, Subject: rule, Threshold: e.cfg.RefusalSpike, Period: e.hour,
+				Message: fmt.Sprintf("%s refused %.0f requests in the minute from %s (alert at %.0f a minute)", rule, n, last[0].Start.UTC().Format("15:04"), e.cfg.RefusalSpike)},
+				n, e.cfg.RefusalSpike)
 		}
 	}
-	recent := window(in.Minutes, in.Now, RateWindow)
-	if cfg.Upstream429Rate > 0 {
-		admitted, limited := sum(recent, func(m Minute) map[string]float64 { return m.Admitted }), sum(recent, func(m Minute) map[string]float64 { return m.Upstream429 })
-		for _, p := range sortedKeys(limited) {
-			if admitted[p] < MinAdmissions {
-				continue
-			}
-			rate := limited[p] / admitted[p]
-			holds(Alert{Kind: KindUpstream429, Subject: p, Threshold: cfg.Upstream429Rate, Period: hour,
-				Message: fmt.Sprintf("provider %s answered 429 to %.1f %% of the %.0f requests admitted to it in the last %s (alert at %.1f %%): its limits are below what the gateway admits",
-					p, 100*rate, admitted[p], RateWindow, 100*cfg.Upstream429Rate)},
-				rate, cfg.Upstream429Rate)
+}
+
+// upstream429s checks the share of each provider's admissions it answered
+// 429 in recent.
+func (e *evaluation) upstream429s(recent []Minute) {
+	admitted, limited := sum(recent, func(m Minute) map[string]float64 { return m.Admitted }), sum(recent, func(m Minute) map[string]float64 { return m.Upstream429 })
+	for _, p := range sortedKeys(limited) {
+		if admitted[p] < MinAdmissions {
+			continue
+		}
+		rate := limited[p] / admitted[p]
+		e.holds(Alert{Kind: KindUpstream429, Subject: p, Threshold: e.cfg.Upstream429Rate, Period: e.hour,
+			Message: fmt.Sprintf("provider %s answered 429 to %.1f %% of the %.0f requests admitted to it in the last %s (alert at %.1f %%): its limits are below what the gateway admits",
+				p, 100*rate, admitted[p], RateWindow, 100*e.cfg.Upstream429Rate)},
+			rate, e.cfg.Upstream429Rate)
+	}
+}
+
+// classWaits checks how often each class waited in recent, against the
+// window before.
+func (e *evaluation) classWaits(recent []Minute) {
+	w := e.cfg.ClassWaits
+	now := sum(recent, func(m Minute) map[string]float64 { return m.Waits })
+	before := sum(window(e.in.Minutes, e.in.Now.Add(-RateWindow), RateWindow), func(m Minute) map[string]float64 { return m.Waits })
+	minutes := RateWindow.Minutes()
+	for _, class := range sortedKeys(now) {
+		rate, prev := now[class]/minutes, before[class]/minutes
+		id := MakeID(KindClassWaits, class, "", w.Factor)
+		if rate < w.PerMinute*(1-Hysteresis) || !e.active[id] && rate < w.PerMinute {
+			continue // too few waits to call growth
+		}
+		growth := math.Inf(1)
+		if prev > 0 {
+			growth = rate / prev
+		}
+		a := Alert{Kind: KindClassWaits, Subject: class, Threshold: w.Factor, Period: e.hour,
+			Message: fmt.Sprintf("class %s waited %.1f times a minute over the last %s, %s the %s before (alert at %.1f× from %.1f a minute)",
+				class, rate, RateWindow, growthWords(growth), RateWindow, w.Factor, w.PerMinute)}
+		if w.Factor > 0 {
+			e.holds(a, math.Min(growth, 1e9), w.Factor)
+		} else {
+			e.holds(a, rate, w.PerMinute)
 		}
 	}
-	if w := cfg.ClassWaits; w.Factor > 0 || w.PerMinute > 0 {
-		now := sum(recent, func(m Minute) map[string]float64 { return m.Waits })
-		before := sum(window(in.Minutes, in.Now.Add(-RateWindow), RateWindow), func(m Minute) map[string]float64 { return m.Waits })
-		minutes := RateWindow.Minutes()
-		for _, class := range sortedKeys(now) {
-			rate, prev := now[class]/minutes, before[class]/minutes
-			id := MakeID(KindClassWaits, class, "", w.Factor)
-			if rate < w.PerMinute*(1-Hysteresis) || !active[id] && rate < w.PerMinute {
-				continue // too few waits to call growth
-			}
-			growth := math.Inf(1)
-			if prev > 0 {
-				growth = rate / prev
-			}
-			a := Alert{Kind: KindClassWaits, Subject: class, Threshold: w.Factor, Period: hour,
-				Message: fmt.Sprintf("class %s waited %.1f times a minute over the last %s, %s the %s before (alert at %.1f× from %.1f a minute)",
-					class, rate, RateWindow, growthWords(growth), RateWindow, w.Factor, w.PerMinute)}
-			if w.Factor > 0 {
-				holds(a, math.Min(growth, 1e9), w.Factor)
-			} else {
-				holds(a, rate, w.PerMinute)
-			}
+}
+
+// estimates checks, per route, the tokens used against those reserved.
+func (e *evaluation) estimates() {
+	f := e.cfg.EstimateFactor
+	span := window(e.in.Minutes, e.in.Now, ForecastWindow)
+	reserved, used := sum(span, func(m Minute) map[string]float64 { return m.Reserved }), sum(span, func(m Minute) map[string]float64 { return m.Used })
+	for _, route := range sortedKeys(reserved) {
+		if reserved[route] < MinReservedTokens {
+			continue
 		}
-	}
-	if f := cfg.EstimateFactor; f > 1 {
-		span := window(in.Minutes, in.Now, ForecastWindow)
-		reserved, used := sum(span, func(m Minute) map[string]float64 { return m.Reserved }), sum(span, func(m Minute) map[string]float64 { return m.Used })
-		for _, route := range sortedKeys(reserved) {
-			if reserved[route] < MinReservedTokens {
-				continue
-			}
-			ratio := used[route] / reserved[route]
-			off := math.Max(ratio, 1/math.Max(ratio, 1e-9)) // how far from 1, either way
-			msg := fmt.Sprintf("route %s used %.2f× the tokens reserved for it over the last %s (alert beyond %.1f× either way): ", route, ratio, ForecastWindow, f)
-			if ratio > 1 {
-				msg += "estimates are low, so limits can be overrun"
-			} else {
-				msg += "reservations are high, so quota is stranded until settled"
-			}
-			holds(Alert{Kind: KindEstimate, Subject: route, Threshold: f, Period: hour, Message: msg}, off, f)
+		ratio := used[route] / reserved[route]
+		off := math.Max(ratio, 1/math.Max(ratio, 1e-9)) // how far from 1, either way
+		msg := fmt.Sprintf("route %s used %.2f× the tokens reserved for it over the last %s (alert beyond %.1f× either way): ", route, ratio, ForecastWindow, f)
+		if ratio > 1 {
+			msg += "estimates are low, so limits can be overrun"
+		} else {
+			msg += "reservations are high, so quota is stranded until settled"
 		}
+		e.holds(Alert{Kind: KindEstimate, Subject: route, Threshold: f, Period: e.hour, Message: msg}, off, f)
 	}
-	slices.SortFunc(out, func(a, b Alert) int { return strings.Compare(a.ID, b.ID) })
-	return out
 }
 
 // Forecast says when a budget with limit and used now, which had spent

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"time"
 
@@ -315,7 +314,7 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 		case Refused:
 			rep.Refused++
 		}
-		if holdsSlots(&c.Lease) && (c.Kind == Removed || (c.Kind != Other && !c.Released)) {
+		if c.Lease.HoldsSlots() && (c.Kind == Removed || (c.Kind != Other && !c.Released)) {
 			release = append(release, c.Lease)
 		}
 	}
@@ -356,10 +355,6 @@ func observations(ss []limiter.Settlement) []Observation {
 		obs = append(obs, Observation{Route: cmp.Or(s.Lease.Route, "unknown"), Model: s.Lease.Model, Key: s.Lease.Key, OutputTokens: s.Used.OutputTokens})
 	}
 	return obs
-}
-
-func holdsSlots(l *limiter.Lease) bool {
-	return slices.ContainsFunc(l.Charges, func(ch limiter.Charge) bool { return ch.Counter.Kind == limiter.KindInFlight })
 }
 
 // nothingToCorrect counts settlements whose usage equals their reservation

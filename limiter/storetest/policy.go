@@ -54,8 +54,11 @@ func admit(t *testing.T, l *limiter.Limiter, now time.Time, in, out int64, price
 // $0.003: three fit a $0.01 budget, a fourth does not.
 var budgetPrice = limiter.Price{Input: 10_000_000, Output: 20_000_000, CachedInput: 5_000_000}
 
-func budgetRule() limiter.Rule {
-	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", MaxCost: 10_000, Calendar: limiter.CalendarDay}
+func budgetRule() limiter.Rule { return budgetOf(10_000) }
+
+// budgetOf is a daily budget of maxCost micro-dollars on /team.
+func budgetOf(maxCost int64) limiter.Rule {
+	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Budget{MaxCost: maxCost, Calendar: limiter.CalendarDay}}
 }
 
 // A $0.01 daily budget admits three requests reserving $0.003 each. The
@@ -160,8 +163,7 @@ func usageOf(t *testing.T, l *limiter.Limiter, now time.Time) limiter.DimensionU
 // reserving $0.003 of $0.10, exactly 33 are admitted.
 func testHammerBudget(t *testing.T, open Opener) {
 	now := T0.Add(time.Hour)
-	rule := budgetRule()
-	rule.MaxCost = 100_000
+	rule := budgetOf(100_000)
 	var mu sync.Mutex
 	var leases []*limiter.Lease
 	n := hammer(t, open, workers, perWorker, func(s limiter.Store, i int) (bool, error) {
@@ -192,7 +194,7 @@ func testHammerBudget(t *testing.T, open Opener) {
 // the bucket is refused for good.
 func testBucketBurstThenRate(t *testing.T, open Opener) {
 	s := open()
-	rule := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Bucket: &limiter.Bucket{Capacity: 3, RefillPerSecond: 1}}
+	rule := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Bucket{Capacity: 3, RefillPerSecond: 1}}
 	l := newLimiter(t, s, rule)
 	now := T0.Add(time.Minute)
 	for i := range 3 {
@@ -220,7 +222,7 @@ func testBucketBurstThenRate(t *testing.T, open Opener) {
 	if d := admit(t, l, later, 1, 1, limiter.Price{}); d.Allowed {
 		t.Fatal("after idling, a fourth request passed: the bucket held more than its capacity")
 	}
-	tokens := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}}
+	tokens := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}}
 	lt := newLimiter(t, s, tokens)
 	if d := admit(t, lt, later, 60, 41, limiter.Price{}); d.Allowed || d.Refused.Retryable {
 		t.Fatalf("101 tokens in a bucket of 100: %+v", d.Refused)
@@ -231,7 +233,7 @@ func testBucketBurstThenRate(t *testing.T, open Opener) {
 // refill time back, exactly once.
 func testBucketSettled(t *testing.T, open Opener) {
 	s := open()
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}}
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}}
 	l := newLimiter(t, s, rule)
 	now := T0.Add(time.Minute)
 	d := admit(t, l, now, 20, 80, limiter.Price{})
@@ -261,7 +263,7 @@ func testBucketSettled(t *testing.T, open Opener) {
 // the next window's first it is empty (no sliding carry-over).
 func testFixedWindow(t *testing.T, open Opener) {
 	s := open()
-	rule := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 2, Window: limiter.WindowFixed}
+	rule := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, Fixed: true, MaxRequests: 2}}
 	l := newLimiter(t, s, rule)
 	end := T0.Add(2 * time.Minute)
 	last := end.Add(-time.Nanosecond)
@@ -284,10 +286,10 @@ func testFixedWindow(t *testing.T, open Opener) {
 // A shadow rule counts but never refuses, and says when it would have.
 func testShadowNeverRefuses(t *testing.T, open Opener) {
 	s := open()
-	shadow := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 2, Shadow: true}
-	shadowFly := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Concurrent, MaxRequests: 1, Shadow: true}
-	shadowBudget := budgetRule()
-	shadowBudget.Shadow, shadowBudget.MaxCost = true, 5_000
+	shadow := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: 2}, Shadow: true}
+	shadowFly := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Gauge{MaxInFlight: 1}, Shadow: true}
+	shadowBudget := budgetOf(5_000)
+	shadowBudget.Shadow = true
 	l := newLimiter(t, s, shadow, shadowFly, shadowBudget)
 	now := T0.Add(time.Minute)
 	for i := range 4 {
@@ -308,7 +310,7 @@ func testShadowNeverRefuses(t *testing.T, open Opener) {
 // Explain reads what Admit would decide and charges nothing.
 func testExplainChargesNothing(t *testing.T, open Opener) {
 	s := open()
-	window := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Minute, MaxRequests: 1}
+	window := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1}}
 	l := newLimiter(t, s, window, budgetRule())
 	now := T0.Add(time.Minute)
 	req := limiter.Request{ID: "explain", Subject: limiter.Subject{UserPath: "/team/app"}, InputTokens: 100, OutputTokens: 100, Price: budgetPrice}
@@ -343,9 +345,9 @@ func testExplainChargesNothing(t *testing.T, open Opener) {
 // that was refilling from where it was.
 func testBillExactlyOnce(t *testing.T, open Opener) {
 	rules := []limiter.Rule{
-		{Scope: limiter.ScopeUserPath, Subject: "/team", Period: time.Hour, MaxTokens: 1000},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Hour, MaxTokens: 1000}},
 		budgetRule(),
-		{Scope: limiter.ScopeProvider, Subject: "openai", Bucket: &limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}},
+		{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Bucket{Tokens: true, Capacity: 100, RefillPerSecond: 10}},
 	}
 	now := T0.Add(5 * time.Hour)
 	s := limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"}
@@ -390,7 +392,7 @@ func testBillExactlyOnce(t *testing.T, open Opener) {
 // /t/b asks every 2 s (its share): b gets at least 90 % in, and the limit
 // holds.
 func testFairShare(t *testing.T, open Opener) {
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: time.Minute, MaxRequests: 60,
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 60},
 		FairShare: &limiter.FairShare{By: "user_path"}}
 	ls := []*limiter.Limiter{newLimiter(t, open(), rule), newLimiter(t, open(), rule)}
 	n := 0
@@ -450,7 +452,7 @@ func testFairShare(t *testing.T, open Opener) {
 // one every 500 ms (its share of two in flight): b gets 90 % in, and the
 // rule never holds more than its 4 slots.
 func testFairShareInFlight(t *testing.T, open Opener) {
-	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Period: limiter.Concurrent, MaxRequests: 4,
+	rule := limiter.Rule{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Gauge{MaxInFlight: 4},
 		FairShare: &limiter.FairShare{By: "user_path"}}
 	ls := []*limiter.Limiter{newLimiter(t, open(), rule), newLimiter(t, open(), rule)}
 	run := InFlightRun{Slots: 4, Clients: 3, D: 12 * time.Second, Tick: 250 * time.Millisecond, BEvery: 500 * time.Millisecond, BStart: 2 * time.Second}
@@ -532,7 +534,7 @@ func (run InFlightRun) Drive(t *testing.T, ls []*limiter.Limiter) (bIn, bAsked, 
 // tokens of one are given back.
 func testBedrockQuota(t *testing.T, open Opener) {
 	const model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
-	rule := limiter.Rule{Scope: limiter.ScopeModel, Subject: "bedrock/" + model, Period: time.Minute, MaxTokens: 60_000, Quota: limiter.QuotaBedrock}
+	rule := limiter.Rule{Scope: limiter.ScopeModel, Subject: "bedrock/" + model, Limit: limiter.Window{Period: time.Minute, MaxTokens: 60_000, Quota: limiter.QuotaBedrock}}
 	ls := []*limiter.Limiter{newLimiter(t, open(), rule), newLimiter(t, open(), rule)}
 	now := T0.Add(3*time.Hour + 5*time.Second)
 	var leases []*limiter.Lease

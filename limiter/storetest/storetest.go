@@ -81,7 +81,6 @@ func window(rule string, kind limiter.Kind, period time.Duration, limit, amount 
 func gauge(rule string, limit int64) limiter.Charge {
 	return limiter.Charge{
 		Counter: limiter.Counter{Rule: rule, Kind: limiter.KindInFlight},
-		Period:  limiter.Concurrent,
 		Limit:   limit,
 		Amount:  1,
 	}

@@ -133,35 +133,43 @@ func (p *Provider) toMessages(c *chat.Request, model string) (*msgRequest, error
 		}
 	}
 	m.System = strings.Join(system, "\n\n")
+	m.Tools, m.ToolChoice = toolsOf(c)
+	return m, nil
+}
+
+// toolsOf translates a request's tools and tool_choice (none given is
+// nil: the upstream's default).
+func toolsOf(c *chat.Request) (tools []msgTool, choice *toolChoice) {
 	for _, t := range c.Tools {
 		schema := t.Function.Parameters
 		if len(schema) == 0 {
 			schema = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		m.Tools = append(m.Tools, msgTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
+		tools = append(tools, msgTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
 	}
-	if len(c.ToolChoice) > 0 {
-		var s string
-		var named struct {
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		}
-		switch {
-		case json.Unmarshal(c.ToolChoice, &s) == nil:
-			switch s {
-			case "auto":
-				m.ToolChoice = &toolChoice{Type: "auto"}
-			case "required":
-				m.ToolChoice = &toolChoice{Type: "any"}
-			case "none":
-				m.ToolChoice = &toolChoice{Type: "none"}
-			}
-		case json.Unmarshal(c.ToolChoice, &named) == nil && named.Function.Name != "":
-			m.ToolChoice = &toolChoice{Type: "tool", Name: named.Function.Name}
-		}
+	if len(c.ToolChoice) == 0 {
+		return tools, nil
 	}
-	return m, nil
+	var s string
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	switch {
+	case json.Unmarshal(c.ToolChoice, &s) == nil:
+		switch s {
+		case "auto":
+			choice = &toolChoice{Type: "auto"}
+		case "required":
+			choice = &toolChoice{Type: "any"}
+		case "none":
+			choice = &toolChoice{Type: "none"}
+		}
+	case json.Unmarshal(c.ToolChoice, &named) == nil && named.Function.Name != "":
+		choice = &toolChoice{Type: "tool", Name: named.Function.Name}
+	}
+	return tools, choice
 }
 
 // contentBlocks translates a user message's content.
@@ -287,97 +295,111 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 // the events arrive.
 func (p *Provider) streamChat(w http.ResponseWriter, resp *http.Response, res providers.Result, c *chat.Request) (providers.Result, error) {
 	sse.Header(w, http.StatusOK)
-	sw := sse.NewWriter(w)
 	rd := sse.NewReader(resp.Body)
 	defer rd.Close()
-	var acc usageAcc
-	id, model := "chatcmpl-anthropic", c.Model
-	created := p.cfg.Now().Unix()
-	tool := -1
-	send := func(delta chat.Delta, finish *string, usage *chat.Usage) error {
-		ch := chat.Chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Usage: usage}
-		if usage == nil {
-			ch.Choices = []chat.ChunkChoice{{Index: 0, Delta: delta, FinishReason: finish}}
-		} else {
-			ch.Choices = []chat.ChunkChoice{}
-		}
-		b, _ := json.Marshal(ch)
-		return sw.Event("", b)
-	}
+	s := chatStream{sw: sse.NewWriter(w), c: c, id: "chatcmpl-anthropic", model: c.Model, created: p.cfg.Now().Unix(), tool: -1}
 	for {
 		ev, err := rd.Next()
 		if err != nil {
-			res.Usage = acc.usage()
+			res.Usage = s.acc.usage()
 			return res, nil
 		}
-		acc.see(ev)
-		var werr error
-		switch ev.Name {
-		case "message_start":
-			var e struct {
-				Message struct {
-					ID    string `json:"id"`
-					Model string `json:"model"`
-				} `json:"message"`
-			}
-			if json.Unmarshal(ev.Data, &e) == nil {
-				id, model = "chatcmpl-"+e.Message.ID, e.Message.Model
-			}
-			empty := ""
-			werr = send(chat.Delta{Role: "assistant", Content: &empty}, nil, nil)
-		case "content_block_start":
-			var e struct {
-				ContentBlock block `json:"content_block"`
-			}
-			if json.Unmarshal(ev.Data, &e) == nil && e.ContentBlock.Type == "tool_use" {
-				tool++
-				i := tool
-				werr = send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, ID: e.ContentBlock.ID, Type: "function",
-					Function: chat.FunctionCall{Name: e.ContentBlock.Name, Arguments: ""}}}}, nil, nil)
-			}
-		case "content_block_delta":
-			var e struct {
-				Delta struct {
-					Type        string `json:"type"`
-					Text        string `json:"text"`
-					PartialJSON string `json:"partial_json"`
-				} `json:"delta"`
-			}
-			if json.Unmarshal(ev.Data, &e) != nil {
-				break
-			}
-			switch e.Delta.Type {
-			case "text_delta":
-				t := e.Delta.Text
-				werr = send(chat.Delta{Content: &t}, nil, nil)
-			case "input_json_delta":
-				i := tool
-				werr = send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, Function: chat.FunctionCall{Arguments: e.Delta.PartialJSON}}}}, nil, nil)
-			}
-		case "message_delta":
-			var e struct {
-				Delta struct {
-					StopReason string `json:"stop_reason"`
-				} `json:"delta"`
-			}
-			if json.Unmarshal(ev.Data, &e) == nil && e.Delta.StopReason != "" {
-				f := finishReason(e.Delta.StopReason)
-				werr = send(chat.Delta{}, &f, nil)
-			}
-		case "message_stop":
-			if c.StreamOptions != nil && c.StreamOptions.IncludeUsage {
-				u := acc.in
-				u.OutputTokens = acc.out
-				werr = send(chat.Delta{}, nil, chatUsage(u))
-			}
-			if werr == nil {
-				werr = sw.Raw([]byte("data: [DONE]\n\n"))
-			}
-		}
-		if werr != nil {
-			acc.done = false
-			res.Usage = acc.usage()
+		s.acc.see(ev)
+		if err := s.event(ev); err != nil {
+			s.acc.done = false
+			res.Usage = s.acc.usage()
 			return res, nil
 		}
 	}
+}
+
+// chatStream translates one Messages stream into chat completion chunks
+// as its events arrive, counting its usage.
+type chatStream struct {
+	sw        *sse.Writer
+	c         *chat.Request
+	id, model string
+	created   int64
+	tool      int // the index of the tool call streaming, -1 before the first
+	acc       usageAcc
+}
+
+// send writes one chunk: a delta, or the usage alone.
+func (s *chatStream) send(delta chat.Delta, finish *string, usage *chat.Usage) error {
+	ch := chat.Chunk{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model, Usage: usage}
+	if usage == nil {
+		ch.Choices = []chat.ChunkChoice{{Index: 0, Delta: delta, FinishReason: finish}}
+	} else {
+		ch.Choices = []chat.ChunkChoice{}
+	}
+	b, _ := json.Marshal(ch)
+	return s.sw.Event("", b)
+}
+
+// event translates one event; an error is the client's write failing.
+func (s *chatStream) event(ev sse.Event) error {
+	var werr error
+	switch ev.Name {
+	case "message_start":
+		var e struct {
+			Message struct {
+				ID    string `json:"id"`
+				Model string `json:"model"`
+			} `json:"message"`
+		}
+		if json.Unmarshal(ev.Data, &e) == nil {
+			s.id, s.model = "chatcmpl-"+e.Message.ID, e.Message.Model
+		}
+		empty := ""
+		werr = s.send(chat.Delta{Role: "assistant", Content: &empty}, nil, nil)
+	case "content_block_start":
+		var e struct {
+			ContentBlock block `json:"content_block"`
+		}
+		if json.Unmarshal(ev.Data, &e) == nil && e.ContentBlock.Type == "tool_use" {
+			s.tool++
+			i := s.tool
+			werr = s.send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, ID: e.ContentBlock.ID, Type: "function",
+				Function: chat.FunctionCall{Name: e.ContentBlock.Name, Arguments: ""}}}}, nil, nil)
+		}
+	case "content_block_delta":
+		var e struct {
+			Delta struct {
+				Type        string `json:"type"`
+				Text        string `json:"text"`
+				PartialJSON string `json:"partial_json"`
+			} `json:"delta"`
+		}
+		if json.Unmarshal(ev.Data, &e) != nil {
+			break
+		}
+		switch e.Delta.Type {
+		case "text_delta":
+			t := e.Delta.Text
+			werr = s.send(chat.Delta{Content: &t}, nil, nil)
+		case "input_json_delta":
+			i := s.tool
+			werr = s.send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, Function: chat.FunctionCall{Arguments: e.Delta.PartialJSON}}}}, nil, nil)
+		}
+	case "message_delta":
+		var e struct {
+			Delta struct {
+				StopReason string `json:"stop_reason"`
+			} `json:"delta"`
+		}
+		if json.Unmarshal(ev.Data, &e) == nil && e.Delta.StopReason != "" {
+			f := finishReason(e.Delta.StopReason)
+			werr = s.send(chat.Delta{}, &f, nil)
+		}
+	case "message_stop":
+		if s.c.StreamOptions != nil && s.c.StreamOptions.IncludeUsage {
+			u := s.acc.in
+			u.OutputTokens = s.acc.out
+			werr = s.send(chat.Delta{}, nil, chatUsage(u))
+		}
+		if werr == nil {
+			werr = s.sw.Raw([]byte("data: [DONE]\n\n"))
+		}
+	}
+	return werr
 }

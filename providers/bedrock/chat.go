@@ -119,80 +119,95 @@ func (p *Provider) streamChat(w http.ResponseWriter, body io.Reader, c *chat.Req
 	}
 	res := providers.Result{Status: http.StatusOK}
 	sse.Header(w, http.StatusOK)
-	sw := sse.NewWriter(w)
-	created := p.cfg.Now().Unix()
-	send := func(delta chat.Delta, finish *string, usage *chat.Usage) error {
-		ch := chat.Chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Usage: usage,
-			Choices: []chat.ChunkChoice{}}
-		if usage == nil {
-			ch.Choices = []chat.ChunkChoice{{Index: 0, Delta: delta, FinishReason: finish}}
-		}
-		b, _ := json.Marshal(ch)
-		return sw.Event("", b)
-	}
-	tools := map[int]int{} // content block index → tool call index
-	var usage *tokenUsage
-	var seen int64 // deltas seen, a floor on the output when the stream breaks
-	stopped := false
+	s := converseStream{sw: sse.NewWriter(w), c: c, id: id, model: model, created: p.cfg.Now().Unix(), tools: map[int]int{}}
 	for f := first; ; {
-		var werr error
 		if f.Code != "" {
-			_ = sw.Event("", streamError(f.Code, exceptionMessage(f.Payload)))
+			_ = s.sw.Event("", streamError(f.Code, exceptionMessage(f.Payload)))
 			break
 		}
 		var ev streamEvent
 		if err := json.Unmarshal(f.Payload, &ev); err != nil {
-			_ = sw.Event("", streamError("InternalServerException", "undecodable event: "+err.Error()))
+			_ = s.sw.Event("", streamError("InternalServerException", "undecodable event: "+err.Error()))
 			break
 		}
-		switch f.Event {
-		case "messageStart":
-			empty := ""
-			werr = send(chat.Delta{Role: "assistant", Content: &empty}, nil, nil)
-		case "contentBlockStart":
-			if ev.Start != nil && ev.Start.ToolUse != nil {
-				i := len(tools)
-				tools[ev.ContentBlockIndex] = i
-				werr = send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, ID: ev.Start.ToolUse.ToolUseID, Type: "function",
-					Function: chat.FunctionCall{Name: ev.Start.ToolUse.Name, Arguments: ""}}}}, nil, nil)
-			}
-		case "contentBlockDelta":
-			seen++
-			switch {
-			case ev.Delta == nil:
-			case ev.Delta.Text != nil:
-				werr = send(chat.Delta{Content: ev.Delta.Text}, nil, nil)
-			case ev.Delta.ToolUse != nil:
-				i, ok := tools[ev.ContentBlockIndex]
-				if ok {
-					werr = send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, Function: chat.FunctionCall{Arguments: ev.Delta.ToolUse.Input}}}}, nil, nil)
-				}
-			}
-		case "messageStop":
-			stopped = true
-			reason := finishReason(ev.StopReason)
-			werr = send(chat.Delta{}, &reason, nil)
-		case "metadata":
-			if ev.Usage != nil {
-				usage = ev.Usage
-				if c.StreamOptions != nil && c.StreamOptions.IncludeUsage {
-					werr = send(chat.Delta{}, nil, ev.Usage.chatUsage())
-				}
-			}
-		}
-		if werr != nil {
-			return partial(res, usage, seen, false), nil // the client left
+		if err := s.event(f.Event, &ev); err != nil {
+			return partial(res, s.usage, s.seen, false), nil // the client left
 		}
 		if f, err = fr.next(); err != nil {
-			if errors.Is(err, io.EOF) && stopped {
-				_ = sw.Raw([]byte("data: [DONE]\n\n"))
-				return partial(res, usage, seen, true), nil
+			if errors.Is(err, io.EOF) && s.stopped {
+				_ = s.sw.Raw([]byte("data: [DONE]\n\n"))
+				return partial(res, s.usage, s.seen, true), nil
 			}
-			_ = sw.Event("", streamError("InternalServerException", "the stream from Bedrock broke off"))
+			_ = s.sw.Event("", streamError("InternalServerException", "the stream from Bedrock broke off"))
 			break
 		}
 	}
-	return partial(res, usage, seen, false), nil
+	return partial(res, s.usage, s.seen, false), nil
+}
+
+// converseStream translates one ConverseStream answer's events into chat
+// completion chunks, keeping what its end needs.
+type converseStream struct {
+	sw        *sse.Writer
+	c         *chat.Request
+	id, model string
+	created   int64
+	tools     map[int]int // content block index → tool call index
+	usage     *tokenUsage
+	seen      int64 // deltas seen, a floor on the output when the stream breaks
+	stopped   bool
+}
+
+// send writes one chunk: a delta, or the usage alone.
+func (s *converseStream) send(delta chat.Delta, finish *string, usage *chat.Usage) error {
+	ch := chat.Chunk{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model, Usage: usage,
+		Choices: []chat.ChunkChoice{}}
+	if usage == nil {
+		ch.Choices = []chat.ChunkChoice{{Index: 0, Delta: delta, FinishReason: finish}}
+	}
+	b, _ := json.Marshal(ch)
+	return s.sw.Event("", b)
+}
+
+// event translates one event; an error is the client's write failing.
+func (s *converseStream) event(event string, ev *streamEvent) error {
+	var werr error
+	switch event {
+	case "messageStart":
+		empty := ""
+		werr = s.send(chat.Delta{Role: "assistant", Content: &empty}, nil, nil)
+	case "contentBlockStart":
+		if ev.Start != nil && ev.Start.ToolUse != nil {
+			i := len(s.tools)
+			s.tools[ev.ContentBlockIndex] = i
+			werr = s.send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, ID: ev.Start.ToolUse.ToolUseID, Type: "function",
+				Function: chat.FunctionCall{Name: ev.Start.ToolUse.Name, Arguments: ""}}}}, nil, nil)
+		}
+	case "contentBlockDelta":
+		s.seen++
+		switch {
+		case ev.Delta == nil:
+		case ev.Delta.Text != nil:
+			werr = s.send(chat.Delta{Content: ev.Delta.Text}, nil, nil)
+		case ev.Delta.ToolUse != nil:
+			i, ok := s.tools[ev.ContentBlockIndex]
+			if ok {
+				werr = s.send(chat.Delta{ToolCalls: []chat.ToolCall{{Index: &i, Function: chat.FunctionCall{Arguments: ev.Delta.ToolUse.Input}}}}, nil, nil)
+			}
+		}
+	case "messageStop":
+		s.stopped = true
+		reason := finishReason(ev.StopReason)
+		werr = s.send(chat.Delta{}, &reason, nil)
+	case "metadata":
+		if ev.Usage != nil {
+			s.usage = ev.Usage
+			if s.c.StreamOptions != nil && s.c.StreamOptions.IncludeUsage {
+				werr = s.send(chat.Delta{}, nil, ev.Usage.chatUsage())
+			}
+		}
+	}
+	return werr
 }
 
 // partial sets a stream's usage: what its metadata event reported when the

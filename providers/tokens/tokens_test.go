@@ -2,8 +2,8 @@ package tokens
 
 import "testing"
 
-func TestTiktokenOffline(t *testing.T) {
-	tk := Tiktoken{}
+func TestBPEOffline(t *testing.T) {
+	tk := BPE{}
 	// Counts from OpenAI's own tokenizers, loaded from the binary.
 	for _, c := range []struct {
 		model, text string
@@ -35,7 +35,7 @@ func TestLongWordCounted(t *testing.T) {
 	for i := range word {
 		word[i] = 'a' + byte(i%7)
 	}
-	if n := (Tiktoken{}).Count("gpt-4o", string(word)); n <= 0 || n > 1<<20 {
+	if n := (BPE{}).Count("gpt-4o", string(word)); n <= 0 || n > 1<<20 {
 		t.Fatalf("%d tokens for a 1 MiB word", n)
 	}
 }

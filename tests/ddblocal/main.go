@@ -74,6 +74,32 @@ func run(args []string) (int, error) {
 		}
 	}()
 
+	exited, stop, err := startEngine(jar, port, logFile)
+	if err != nil {
+		return 1, err
+	}
+	defer stop()
+
+	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
+	if err := waitReady(endpoint, exited); err != nil {
+		log, _ := os.ReadFile(logPath)
+		keepLog = true
+		return 1, fmt.Errorf("DynamoDB Local did not answer on %s: %w\n%s", endpoint, err, log)
+	}
+	fmt.Fprintf(os.Stderr, "ddblocal: DynamoDB Local %s on %s (log %s)\n", version(jar), endpoint, logPath)
+
+	code, err := runCommand(args, endpoint, exited)
+	if errors.Is(err, errEngineExited) {
+		keepLog = true
+		return 1, fmt.Errorf("%w (log %s)", err, logPath)
+	}
+	return code, err
+}
+
+// startEngine starts DynamoDB Local's jar on port, its output to logFile,
+// and returns a channel that gets its exit and a func that stops it (and
+// waits for that).
+func startEngine(jar string, port int, logFile *os.File) (<-chan error, func(), error) {
 	java := exec.Command("java",
 		"-Djava.library.path="+filepath.Join(filepath.Dir(jar), "DynamoDBLocal_lib"),
 		"-Xmx2g",
@@ -84,7 +110,7 @@ func run(args []string) (int, error) {
 	java.Stdout, java.Stderr = logFile, logFile
 	java.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := java.Start(); err != nil {
-		return 1, fmt.Errorf("start java (is Java 17 installed?): %w", err)
+		return nil, nil, fmt.Errorf("start java (is Java 17 installed?): %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- java.Wait() }()
@@ -97,16 +123,16 @@ func run(args []string) (int, error) {
 			<-exited
 		}
 	}
-	defer stop()
+	return exited, stop, nil
+}
 
-	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
-	if err := waitReady(endpoint, exited); err != nil {
-		log, _ := os.ReadFile(logPath)
-		keepLog = true
-		return 1, fmt.Errorf("DynamoDB Local did not answer on %s: %w\n%s", endpoint, err, log)
-	}
-	fmt.Fprintf(os.Stderr, "ddblocal: DynamoDB Local %s on %s (log %s)\n", version(jar), endpoint, logPath)
+// errEngineExited is DynamoDB Local ending before the command did.
+var errEngineExited = errors.New("DynamoDB Local exited during the run")
 
+// runCommand runs the command with the endpoint in its environment,
+// passing interrupts on to it, and returns its exit code; it kills the
+// command and returns errEngineExited when the engine exits first.
+func runCommand(args []string, endpoint string, exited <-chan error) (int, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
@@ -135,8 +161,7 @@ func run(args []string) (int, error) {
 		case err := <-exited:
 			_ = cmd.Process.Kill()
 			<-done
-			keepLog = true
-			return 1, fmt.Errorf("DynamoDB Local exited during the run: %v (log %s)", err, logPath)
+			return 1, fmt.Errorf("%w: %v", errEngineExited, err)
 		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// Budgets are rules that limit money (limiter.Rule.MaxCost), kept in the
+// Budgets are rules that limit money (a limiter.Budget), kept in the
 // same store with the same versions, marks and conflicts as rate limits,
 // and shown apart, in dollars.
 
@@ -52,9 +52,10 @@ type budgetUsage struct {
 }
 
 func budgetViewOf(r limiter.Rule, version int64, updated time.Time) budgetView {
+	b, _ := r.Limit.(limiter.Budget)
 	v := budgetView{
-		ID: r.ID(), Scope: r.Scope.String(), Subject: r.Subject, Period: r.Calendar.String(),
-		AmountUSD: limiter.FormatUSD(r.MaxCost), PerChild: r.PerChild, Shadow: r.Shadow, Source: r.Source.String(), Version: version,
+		ID: r.ID(), Scope: r.Scope.String(), Subject: r.Subject, Period: b.Calendar.String(),
+		AmountUSD: limiter.FormatUSD(b.MaxCost), PerChild: r.PerChild, Shadow: r.Shadow, Source: r.Source.String(), Version: version,
 		FairShare: fairJSONOf(r.FairShare),
 	}
 	if !updated.IsZero() {
@@ -94,7 +95,9 @@ func (in *budgetInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rul
 	} else if v, err := limiter.ParseUSD(strings.Trim(string(in.AmountUSD), `"`)); err != nil {
 		*errs = append(*errs, fieldError{Field: "amount_usd", Message: err.Error()})
 	} else {
-		rule.MaxCost = v
+		b, _ := rule.Limit.(limiter.Budget)
+		b.MaxCost = v
+		rule.Limit = b
 	}
 	if in.LimitKey != nil || in.Unit != "" {
 		*errs = append(*errs, fieldError{Field: "limit_key", Message: "a budget has a period (hour, day, week, month) only"})
@@ -111,7 +114,8 @@ var budgets = &kind{
 	what: "budget", budget: true, collection: "/admin/budgets", listKey: "budgets",
 	newInput: func() input { return &budgetInput{} },
 	inputOf: func(r limiter.Rule) input {
-		return &budgetInput{AmountUSD: json.Number(limiter.FormatUSD(r.MaxCost)), PerChild: r.PerChild, Shadow: r.Shadow,
+		b, _ := r.Limit.(limiter.Budget)
+		return &budgetInput{AmountUSD: json.Number(limiter.FormatUSD(b.MaxCost)), PerChild: r.PerChild, Shadow: r.Shadow,
 			FairShare: fairJSONOf(r.FairShare)}
 	},
 	view: func(r limiter.Rule, v int64, at time.Time) any { return budgetViewOf(r, v, at) },

@@ -108,12 +108,12 @@ func (h *Handler) live(w http.ResponseWriter, r *http.Request) (configstore.Snap
 func (h *Handler) views(p principal, k *kind, snap configstore.Snapshot, usage map[limiter.RuleKey]*limiter.RuleUsage) []any {
 	out := []any{}
 	for _, cr := range h.cfg.ConfigRules {
-		if cr.IsBudget() == k.budget && p.sees(cr) {
+		if isBudget(cr) == k.budget && p.sees(cr) {
 			out = append(out, k.viewWithUsage(cr, 0, time.Time{}, usage[cr.Key()]))
 		}
 	}
 	for _, m := range snap.Rules {
-		if _, shadowed := h.config[m.Key()]; !shadowed && m.IsBudget() == k.budget && p.sees(m.Rule) {
+		if _, shadowed := h.config[m.Key()]; !shadowed && isBudget(m.Rule) == k.budget && p.sees(m.Rule) {
 			out = append(out, k.viewWithUsage(m.Rule, m.Version, m.UpdatedAt, usage[m.Key()]))
 		}
 	}

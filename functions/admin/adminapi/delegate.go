@@ -97,7 +97,7 @@ func (h *Handler) looser(p principal, rule limiter.Rule) (string, string) {
 			continue // counts each child of the key's path, not the path
 		}
 		binding = append(binding, b)
-		if !b.IsBudget() && (top == "" || b.Priority > maxPriority) {
+		if !isBudget(b) && (top == "" || b.Priority > maxPriority) {
 			maxPriority, top = b.Priority, b.ID()
 		}
 	}
@@ -107,7 +107,7 @@ func (h *Handler) looser(p principal, rule limiter.Rule) (string, string) {
 				": a rule beneath it may not be looser than its parent's", b.ID()
 		}
 	}
-	if !rule.IsBudget() && rule.Priority > maxPriority && top != "" {
+	if !isBudget(rule) && rule.Priority > maxPriority && top != "" {
 		return fmt.Sprintf("priority: %d is above the %d of %s, which binds %s: it would lift that rule off the paths beneath",
 			rule.Priority, maxPriority, top, p.key.UserPath), top
 	}
@@ -115,36 +115,47 @@ func (h *Handler) looser(p principal, rule limiter.Rule) (string, string) {
 }
 
 // above compares a child rule with a parent of the same kind: the first
-// limit of the child above the parent's, as field and why.
+// limit of the child above the parent's, as field and why. Limits of
+// different kinds are not compared.
 func above(c, b limiter.Rule) (string, string) {
-	switch {
-	case c.IsBudget() || b.IsBudget():
-		if c.IsBudget() && b.IsBudget() && c.Calendar <= b.Calendar && c.MaxCost > b.MaxCost {
+	switch c := c.Limit.(type) {
+	case limiter.Budget:
+		if b, ok := b.Limit.(limiter.Budget); ok && c.Calendar <= b.Calendar && c.MaxCost > b.MaxCost {
 			return "amount_usd", "$" + limiter.FormatUSD(c.MaxCost) + " a " + c.Calendar.String() + " is above the $" +
 				limiter.FormatUSD(b.MaxCost) + " a " + b.Calendar.String()
 		}
-	case c.Bucket != nil || b.Bucket != nil:
-		if c.Bucket != nil && b.Bucket != nil && c.Bucket.Tokens == b.Bucket.Tokens {
-			if f, why := moreIfSet("capacity", c.Bucket.Capacity, b.Bucket.Capacity); why != "" {
+	case limiter.Bucket:
+		if b, ok := b.Limit.(limiter.Bucket); ok && c.Tokens == b.Tokens {
+			if f, why := moreIfSet("capacity", c.Capacity, b.Capacity); why != "" {
 				return f, why
 			}
-			if c.Bucket.RefillPerSecond > b.Bucket.RefillPerSecond {
-				return "refill_per_second", strconv.FormatFloat(c.Bucket.RefillPerSecond, 'g', -1, 64) + " is above the " +
-					strconv.FormatFloat(b.Bucket.RefillPerSecond, 'g', -1, 64)
+			if c.RefillPerSecond > b.RefillPerSecond {
+				return "refill_per_second", strconv.FormatFloat(c.RefillPerSecond, 'g', -1, 64) + " is above the " +
+					strconv.FormatFloat(b.RefillPerSecond, 'g', -1, 64)
 			}
 		}
-	case (c.Period == limiter.Concurrent) != (b.Period == limiter.Concurrent):
-	case c.Period == limiter.Concurrent:
-		return moreIfSet("max_requests", c.MaxRequests, b.MaxRequests)
-	case c.Period <= b.Period:
-		for _, d := range []struct {
-			field  string
-			cv, bv int64
-		}{{"max_requests", c.MaxRequests, b.MaxRequests}, {"max_tokens", c.MaxTokens, b.MaxTokens},
-			{"max_input_tokens", c.MaxInputTokens, b.MaxInputTokens}, {"max_output_tokens", c.MaxOutputTokens, b.MaxOutputTokens}} {
-			if f, why := moreIfSet(d.field, d.cv, d.bv); why != "" {
-				return f, why + " a " + limiter.PeriodName(b.Period)
-			}
+	case limiter.Gauge:
+		if b, ok := b.Limit.(limiter.Gauge); ok {
+			return moreIfSet("max_requests", c.MaxInFlight, b.MaxInFlight)
+		}
+	case limiter.Window:
+		if b, ok := b.Limit.(limiter.Window); ok && c.Period <= b.Period {
+			return aboveWindow(c, b)
+		}
+	}
+	return "", ""
+}
+
+// aboveWindow compares a child window with a parent window at least as
+// long: the first of its limits above the parent's.
+func aboveWindow(c, b limiter.Window) (string, string) {
+	for _, d := range []struct {
+		field  string
+		cv, bv int64
+	}{{"max_requests", c.MaxRequests, b.MaxRequests}, {"max_tokens", c.MaxTokens, b.MaxTokens},
+		{"max_input_tokens", c.MaxInputTokens, b.MaxInputTokens}, {"max_output_tokens", c.MaxOutputTokens, b.MaxOutputTokens}} {
+		if f, why := moreIfSet(d.field, d.cv, d.bv); why != "" {
+			return f, why + " a " + limiter.PeriodName(b.Period)
 		}
 	}
 	return "", ""

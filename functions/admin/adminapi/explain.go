@@ -422,7 +422,7 @@ func decisionOf(d limiter.Decision) explainDecision {
 // refusalName is the x-tollgate-rule header's name of a refusal.
 func refusalName(r *limiter.Refusal) string {
 	name := r.Rule.Scope.String() + ":" + r.Subject() + ":" + r.Rule.PeriodName()
-	if r.Rule.IsBudget() {
+	if isBudget(r.Rule) {
 		return "budget:" + name
 	}
 	return name
@@ -446,8 +446,8 @@ func explainedRules(rules []limiter.ExplainedRule, req limiter.Request) []explai
 		if e.WouldRefuse && e.Retryable {
 			er.RetryAfterMS = retryMS(e.RetryAfter)
 		}
-		if e.Rule.Quota != limiter.QuotaStandard {
-			er.Quota = e.Rule.Quota.String()
+		if w, ok := e.Rule.Limit.(limiter.Window); ok {
+			er.Quota = quotaName(w)
 		}
 		if e.Burndown > 0 {
 			er.Arithmetic = &arithmetic{
@@ -530,12 +530,17 @@ func (h *Handler) withUpstreamReports(ctx context.Context, out []explainedRule, 
 			continue
 		}
 		out[i].Upstream = reportOf(rep)
+		now, _ := e.Rule.Limit.(limiter.Window) // ReportedFor: a one-minute window
 		for _, c := range h.cfg.ConfigRules {
-			if c.Key() == e.Rule.Key() && c.MaxRequests != e.Rule.MaxRequests && e.Kind == limiter.KindRequests {
-				out[i].ConfiguredLimit = itoa(c.MaxRequests)
+			if c.Key() != e.Rule.Key() {
+				continue
 			}
-			if c.Key() == e.Rule.Key() && c.MaxTokens != e.Rule.MaxTokens && e.Kind == limiter.KindTokens {
-				out[i].ConfiguredLimit = itoa(c.MaxTokens)
+			was, _ := c.Limit.(limiter.Window)
+			if was.MaxRequests != now.MaxRequests && e.Kind == limiter.KindRequests {
+				out[i].ConfiguredLimit = itoa(was.MaxRequests)
+			}
+			if was.MaxTokens != now.MaxTokens && e.Kind == limiter.KindTokens {
+				out[i].ConfiguredLimit = itoa(was.MaxTokens)
 			}
 		}
 	}

@@ -65,6 +65,12 @@ func kindWord(budget bool) string {
 	return "rule"
 }
 
+// isBudget reports whether r limits money.
+func isBudget(r limiter.Rule) bool {
+	_, ok := r.Limit.(limiter.Budget)
+	return ok
+}
+
 // byID returns the identity an id names, checking it is of the kind
 // asked for.
 func byID(id string, budget bool) (limiter.Rule, error) {
@@ -75,7 +81,7 @@ func byID(id string, budget bool) (limiter.Rule, error) {
 	if err != nil {
 		return limiter.Rule{}, err
 	}
-	if r.IsBudget() != budget {
+	if isBudget(r) != budget {
 		if budget {
 			return limiter.Rule{}, fmt.Errorf("%s is a rate limit, not a budget: see /admin/rate-limits", id)
 		}
@@ -85,12 +91,12 @@ func byID(id string, budget bool) (limiter.Rule, error) {
 }
 
 // rule turns an identity into the rule it names (scope, subject,
-// per_child for each-subjects, and period, bucket or budget period),
-// appending what is wrong to errs. budget reads Period as a calendar
-// period.
+// per_child for each-subjects, and its limit's kind and period, with no
+// limits set), appending what is wrong to errs: by its id, or by its
+// fields. budget reads Period as a budget's calendar period. A rule whose
+// period could not be read has no limit.
 func (id identity) rule(prefix string, errs *[]fieldError, budget bool) limiter.Rule {
 	bad := func(f, m string) { *errs = append(*errs, fieldError{Field: prefix + f, Message: m}) }
-	var r limiter.Rule
 	if id.ID != "" {
 		other := id
 		other.ID = ""
@@ -103,6 +109,22 @@ func (id identity) rule(prefix string, errs *[]fieldError, budget bool) limiter.
 		}
 		return byid
 	}
+	r := id.subject(bad)
+	if id.Value != "" && id.Tag == "" {
+		bad("value", "value goes with tag")
+	}
+	if budget {
+		r.Limit = id.budgetPeriod(bad)
+	} else {
+		r.Limit = id.limitKind(bad)
+	}
+	return r
+}
+
+// subject reads the rule's scope and subject: one of the shorthands
+// (user_path, tag with value, key), or scope with subject.
+func (id identity) subject(bad func(field, message string)) limiter.Rule {
+	var r limiter.Rule
 	shorthands := 0
 	for _, s := range []string{id.UserPath, id.Tag, id.Key} {
 		if s != "" {
@@ -136,21 +158,26 @@ func (id identity) rule(prefix string, errs *[]fieldError, budget bool) limiter.
 		}
 		r.PerChild = (s == limiter.ScopeKey && r.Subject == limiter.EachKey) || (s == limiter.ScopeTag && hasEachValue(r.Subject))
 	}
-	if id.Value != "" && id.Tag == "" {
-		bad("value", "value goes with tag")
+	return r
+}
+
+// budgetPeriod is the budget that Period names (hour, day, week, month).
+func (id identity) budgetPeriod(bad func(field, message string)) limiter.Limit {
+	if id.LimitKey != nil {
+		bad("limit_key", "a budget has a period (hour, day, week, month), not a limit_key")
 	}
-	if budget {
-		if id.LimitKey != nil {
-			bad("limit_key", "a budget has a period (hour, day, week, month), not a limit_key")
-		}
-		p, _ := id.Period.(string)
-		c, err := limiter.ParseCalendar(p)
-		if err != nil {
-			bad("period", err.Error())
-		}
-		r.Calendar = c
-		return r
+	p, _ := id.Period.(string)
+	c, err := limiter.ParseCalendar(p)
+	if err != nil {
+		bad("period", err.Error())
 	}
+	return limiter.Budget{Calendar: c}
+}
+
+// limitKind is the limit the limit_key names (or reset-one's period): a
+// window of a period, the gauge (concurrent) or a bucket (with its unit);
+// nil when it names none.
+func (id identity) limitKind(bad func(field, message string)) limiter.Limit {
 	lk := id.LimitKey
 	if lk == nil && id.Period != nil {
 		switch p := id.Period.(type) {
@@ -160,38 +187,43 @@ func (id identity) rule(prefix string, errs *[]fieldError, budget bool) limiter.
 			lk = &limitKey{PeriodSeconds: int64(p)}
 		default:
 			bad("period", "a name (minute, hour, day, concurrent, bucket) or a number of seconds")
-			return r
+			return nil
 		}
 	}
+	var l limiter.Limit
 	switch {
 	case lk == nil:
 		bad("limit_key", `required: {"period": "minute"}, {"period_seconds": 300} or {"period": "bucket"}`)
 	case lk.Period != "" && lk.PeriodSeconds != 0:
 		bad("limit_key", "give period or period_seconds, not both")
 	case lk.Period == "bucket":
-		r.Bucket = &limiter.Bucket{}
+		b := limiter.Bucket{}
 		switch id.Unit {
 		case "", "requests":
 		case "tokens":
-			r.Bucket.Tokens = true
+			b.Tokens = true
 		default:
 			bad("unit", "requests or tokens")
 		}
+		return b
+	case lk.Period == limiter.PeriodConcurrent:
+		l = limiter.Gauge{}
 	case lk.Period != "":
 		p, err := limiter.ParsePeriod(lk.Period)
 		if err != nil {
 			bad("limit_key.period", err.Error())
+			break
 		}
-		r.Period = p
+		l = limiter.Window{Period: p}
 	case lk.PeriodSeconds > 0:
-		r.Period = time.Duration(lk.PeriodSeconds) * time.Second
+		l = limiter.Window{Period: time.Duration(lk.PeriodSeconds) * time.Second}
 	default:
 		bad("limit_key.period_seconds", "must be at least 1")
 	}
-	if id.Unit != "" && r.Bucket == nil {
+	if id.Unit != "" {
 		bad("unit", "only a bucket has a unit")
 	}
-	return r
+	return l
 }
 
 func hasEachValue(subject string) bool {
@@ -199,13 +231,19 @@ func hasEachValue(subject string) bool {
 	return n >= 2 && subject[n-2:] == "="+limiter.EachValue
 }
 
+// limitKeyOf is the limit_key that names r's period.
 func limitKeyOf(r limiter.Rule) limitKey {
-	if r.Bucket != nil {
+	switch l := r.Limit.(type) {
+	case limiter.Bucket:
 		return limitKey{Period: "bucket"}
+	case limiter.Gauge:
+		return limitKey{Period: limiter.PeriodConcurrent}
+	case limiter.Window:
+		switch l.Period {
+		case limiter.Minute, limiter.Hour, limiter.Day:
+			return limitKey{Period: limiter.PeriodName(l.Period)}
+		}
+		return limitKey{PeriodSeconds: int64(l.Period / time.Second)}
 	}
-	switch p := r.Period; p {
-	case limiter.Concurrent, limiter.Minute, limiter.Hour, limiter.Day:
-		return limitKey{Period: limiter.PeriodName(p)}
-	}
-	return limitKey{PeriodSeconds: int64(r.Period / time.Second)}
+	return limitKey{}
 }

@@ -36,22 +36,51 @@ func keyViewOf(k configstore.Key) keyView {
 	return v
 }
 
-func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		UserPath  string     `json:"user_path"`
-		Name      string     `json:"name"`
-		ExpiresAt *time.Time `json:"expires_at"`
-		ExpiresIn string     `json:"expires_in"`
-		// Tags are fixed on the key: "k=v,k2=v2" or an object.
-		Tags any `json:"tags"`
-		// Class fixes the traffic class of the key's requests; MaxClass
-		// caps the class they may claim.
-		Class    string `json:"class"`
-		MaxClass string `json:"max_class"`
-		// Admin makes the key a delegated administrator of its user
-		// path's subtree.
-		Admin bool `json:"admin"`
+// keyInput is the body of POST /admin/keys.
+type keyInput struct {
+	UserPath  string     `json:"user_path"`
+	Name      string     `json:"name"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	ExpiresIn string     `json:"expires_in"`
+	// Tags are fixed on the key: "k=v,k2=v2" or an object.
+	Tags any `json:"tags"`
+	// Class fixes the traffic class of the key's requests; MaxClass
+	// caps the class they may claim.
+	Class    string `json:"class"`
+	MaxClass string `json:"max_class"`
+	// Admin makes the key a delegated administrator of its user
+	// path's subtree.
+	Admin bool `json:"admin"`
+}
+
+// expiry is when the key expires (zero: never), from expires_at or
+// expires_in, and what is wrong with them.
+func (in *keyInput) expiry(now time.Time) (time.Time, []fieldError) {
+	var errs []fieldError
+	var expires time.Time
+	switch {
+	case in.ExpiresAt != nil && in.ExpiresIn != "":
+		errs = append(errs, fieldError{Field: "expires_at", Message: "give expires_at or expires_in, not both"})
+	case in.ExpiresAt != nil:
+		expires = *in.ExpiresAt
+		if !expires.After(now) {
+			errs = append(errs, fieldError{Field: "expires_at", Message: "must be in the future"})
+		}
+	case in.ExpiresIn != "":
+		d, err := time.ParseDuration(in.ExpiresIn)
+		if err != nil || d <= 0 {
+			errs = append(errs, fieldError{Field: "expires_in", Message: "a positive Go duration, e.g. 720h"})
+		}
+		expires = now.Add(d)
 	}
+	return expires, errs
+}
+
+// createKey makes a key and answers its secret, the one time it is shown;
+// a delegated administrator makes keys in its subtree only, ending when
+// its own does at the latest.
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
+	var in keyInput
 	var errs []fieldError
 	if _, ok := decode(w, r, &in, &errs); !ok {
 		return
@@ -72,22 +101,8 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	if len(in.Name) > 200 {
 		errs = append(errs, fieldError{Field: "name", Message: "at most 200 characters"})
 	}
-	var expires time.Time
-	switch {
-	case in.ExpiresAt != nil && in.ExpiresIn != "":
-		errs = append(errs, fieldError{Field: "expires_at", Message: "give expires_at or expires_in, not both"})
-	case in.ExpiresAt != nil:
-		expires = *in.ExpiresAt
-		if !expires.After(now) {
-			errs = append(errs, fieldError{Field: "expires_at", Message: "must be in the future"})
-		}
-	case in.ExpiresIn != "":
-		d, err := time.ParseDuration(in.ExpiresIn)
-		if err != nil || d <= 0 {
-			errs = append(errs, fieldError{Field: "expires_in", Message: "a positive Go duration, e.g. 720h"})
-		}
-		expires = now.Add(d)
-	}
+	expires, more := in.expiry(now)
+	errs = append(errs, more...)
 	if len(errs) > 0 {
 		invalid(w, errs)
 		return

@@ -81,23 +81,22 @@ type ruleView struct {
 func viewOf(r limiter.Rule, version int64, updated time.Time) ruleView {
 	v := ruleView{
 		ID: r.ID(), Scope: r.Scope.String(), Subject: r.Subject, LimitKey: limitKeyOf(r),
-		MaxRequests: r.MaxRequests, MaxTokens: r.MaxTokens, MaxInputTokens: r.MaxInputTokens, MaxOutputTokens: r.MaxOutputTokens,
 		Priority: r.Priority, Always: r.Always, Shadow: r.Shadow,
 		PerChild: r.PerChild, Shards: r.Shards, Source: r.Source.String(), Version: version,
 	}
-	if r.Window == limiter.WindowFixed {
-		v.Window = r.Window.String()
-	}
-	if r.Quota != limiter.QuotaStandard {
-		v.Quota = r.Quota.String()
-	}
-	v.Ramp, v.FairShare = rampJSONOf(r.Ramp), fairJSONOf(r.FairShare)
-	if b := r.Bucket; b != nil {
-		v.Capacity, v.RefillPerSecond, v.Unit = b.Capacity, b.RefillPerSecond, "requests"
-		if b.Tokens {
+	switch l := r.Limit.(type) {
+	case limiter.Window:
+		v.MaxRequests, v.MaxTokens, v.MaxInputTokens, v.MaxOutputTokens = l.MaxRequests, l.MaxTokens, l.MaxInputTokens, l.MaxOutputTokens
+		v.Window, v.Quota = windowName(l), quotaName(l)
+	case limiter.Gauge:
+		v.MaxRequests = l.MaxInFlight
+	case limiter.Bucket:
+		v.Capacity, v.RefillPerSecond, v.Unit = l.Capacity, l.RefillPerSecond, "requests"
+		if l.Tokens {
 			v.Unit = "tokens"
 		}
 	}
+	v.Ramp, v.FairShare = rampJSONOf(r.Ramp), fairJSONOf(r.FairShare)
 	if !updated.IsZero() {
 		v.UpdatedAt = &updated
 	}
@@ -182,34 +181,82 @@ func (in *ruleInput) build(base *limiter.Rule, errs *[]fieldError) limiter.Rule 
 		}
 		rule.Ramp = &limiter.Ramp{Start: p.Start, Step: p.Step, Every: every, Max: limit}
 	}
-	var err error
-	if rule.Window, err = limiter.ParseWindow(in.Window); err != nil {
-		*errs = append(*errs, fieldError{Field: "window", Message: err.Error()})
-	}
-	if rule.Quota, err = limiter.ParseQuota(in.Quota); err != nil {
-		*errs = append(*errs, fieldError{Field: "quota", Message: err.Error()})
-	}
-	if rule.Bucket != nil {
-		rule.Bucket = &limiter.Bucket{Tokens: rule.Bucket.Tokens}
-		if in.Capacity == nil || in.RefillPerSecond == nil {
-			*errs = append(*errs, fieldError{Field: "capacity", Message: "a bucket needs capacity and refill_per_second"})
-		} else {
-			rule.Bucket.Capacity, rule.Bucket.RefillPerSecond = *in.Capacity, *in.RefillPerSecond
-		}
-		if in.MaxRequests != nil || in.MaxTokens != nil || in.MaxInputTokens != nil || in.MaxOutputTokens != nil {
-			*errs = append(*errs, fieldError{Field: "max_requests", Message: "a bucket has a capacity and a refill, not window limits"})
-		}
-	} else {
-		rule.MaxRequests, rule.MaxTokens = deref(in.MaxRequests), deref(in.MaxTokens)
-		rule.MaxInputTokens, rule.MaxOutputTokens = deref(in.MaxInputTokens), deref(in.MaxOutputTokens)
-		if in.MaxRequests == nil && in.MaxTokens == nil && in.MaxInputTokens == nil && in.MaxOutputTokens == nil {
-			*errs = append(*errs, fieldError{Field: "max_requests", Message: "give at least one of max_requests, max_tokens, max_input_tokens, max_output_tokens (or a bucket's capacity)"})
-		}
-		if in.Capacity != nil || in.RefillPerSecond != nil {
-			*errs = append(*errs, fieldError{Field: "capacity", Message: `a bucket's limit_key is {"period": "bucket"}`})
-		}
+	w := in.window(errs)
+	switch l := rule.Limit.(type) {
+	case limiter.Bucket:
+		rule.Limit = in.bucket(l.Tokens, w, errs)
+	case limiter.Gauge:
+		in.needMaxima(errs)
+		rule.Limit = limiter.Gauge{MaxInFlight: w.MaxRequests}
+		*errs = append(*errs, fieldErrors(limiter.Misplaced(w, l))...)
+	case limiter.Window:
+		in.needMaxima(errs)
+		w.Period = l.Period
+		rule.Limit = w
+	default: // the body named no period: its limits are checked all the same
+		in.needMaxima(errs)
+		*errs = append(*errs, fieldErrors(w.LimitProblems())...)
 	}
 	return rule
+}
+
+// window is the body's window fields, with no period.
+func (in *ruleInput) window(errs *[]fieldError) limiter.Window {
+	w := limiter.Window{
+		MaxRequests: deref(in.MaxRequests), MaxTokens: deref(in.MaxTokens),
+		MaxInputTokens: deref(in.MaxInputTokens), MaxOutputTokens: deref(in.MaxOutputTokens),
+	}
+	var err error
+	if w.Fixed, err = limiter.ParseWindow(in.Window); err != nil {
+		*errs = append(*errs, fieldError{Field: "window", Message: err.Error()})
+	}
+	if w.Quota, err = limiter.ParseQuota(in.Quota); err != nil {
+		*errs = append(*errs, fieldError{Field: "quota", Message: err.Error()})
+	}
+	return w
+}
+
+// bucket is the body's bucket: its capacity and refill, and no window
+// fields.
+func (in *ruleInput) bucket(tokens bool, w limiter.Window, errs *[]fieldError) limiter.Bucket {
+	b := limiter.Bucket{Tokens: tokens}
+	if in.Capacity == nil || in.RefillPerSecond == nil {
+		*errs = append(*errs, fieldError{Field: "capacity", Message: "a bucket needs capacity and refill_per_second"})
+	} else {
+		b.Capacity, b.RefillPerSecond = *in.Capacity, *in.RefillPerSecond
+	}
+	if in.MaxRequests != nil || in.MaxTokens != nil || in.MaxInputTokens != nil || in.MaxOutputTokens != nil {
+		*errs = append(*errs, fieldError{Field: "max_requests", Message: "a bucket has a capacity and a refill, not window limits"})
+	}
+	*errs = append(*errs, fieldErrors(limiter.Misplaced(limiter.Window{Fixed: w.Fixed, Quota: w.Quota}, b))...)
+	return b
+}
+
+// needMaxima asks a window's or a gauge's body for a limit, and no
+// bucket's fields.
+func (in *ruleInput) needMaxima(errs *[]fieldError) {
+	if in.MaxRequests == nil && in.MaxTokens == nil && in.MaxInputTokens == nil && in.MaxOutputTokens == nil {
+		*errs = append(*errs, fieldError{Field: "max_requests", Message: "give at least one of max_requests, max_tokens, max_input_tokens, max_output_tokens (or a bucket's capacity)"})
+	}
+	if in.Capacity != nil || in.RefillPerSecond != nil {
+		*errs = append(*errs, fieldError{Field: "capacity", Message: `a bucket's limit_key is {"period": "bucket"}`})
+	}
+}
+
+// windowName and quotaName are a window's window and quota fields: set
+// only when not the default.
+func windowName(w limiter.Window) string {
+	if w.Fixed {
+		return w.Counting()
+	}
+	return ""
+}
+
+func quotaName(w limiter.Window) string {
+	if w.Quota != limiter.QuotaStandard {
+		return w.Quota.String()
+	}
+	return ""
 }
 
 func (in *ruleInput) version() int64     { return in.Version }
@@ -224,21 +271,22 @@ func ruleInputOf(r limiter.Rule) input {
 	if in.Ramp != nil {
 		in.Ramp.Max = 0 // it ends at the limit, which the patch may change
 	}
-	if r.Window == limiter.WindowFixed {
-		in.Window = r.Window.String()
-	}
-	if r.Quota != limiter.QuotaStandard {
-		in.Quota = r.Quota.String()
-	}
-	if b := r.Bucket; b != nil {
-		c, f := b.Capacity, b.RefillPerSecond
+	var w limiter.Window
+	switch l := r.Limit.(type) {
+	case limiter.Bucket:
+		c, f := l.Capacity, l.RefillPerSecond
 		in.Capacity, in.RefillPerSecond = &c, &f
 		return in
+	case limiter.Gauge:
+		w.MaxRequests = l.MaxInFlight
+	case limiter.Window:
+		w = l
+		in.Window, in.Quota = windowName(l), quotaName(l)
 	}
 	for _, f := range []struct {
 		v   int64
 		dst **int64
-	}{{r.MaxRequests, &in.MaxRequests}, {r.MaxTokens, &in.MaxTokens}, {r.MaxInputTokens, &in.MaxInputTokens}, {r.MaxOutputTokens, &in.MaxOutputTokens}} {
+	}{{w.MaxRequests, &in.MaxRequests}, {w.MaxTokens, &in.MaxTokens}, {w.MaxInputTokens, &in.MaxInputTokens}, {w.MaxOutputTokens, &in.MaxOutputTokens}} {
 		if f.v != 0 {
 			v := f.v
 			*f.dst = &v
@@ -262,25 +310,36 @@ var rules = &kind{
 }
 
 // withProblems adds a rule's own problems to errs, but for fields errs
-// already names: every problem of a request is reported at once.
+// already names: every problem of a request is reported at once. A body
+// with problems already may name no limit (its period did not parse):
+// that is not one more.
 func withProblems(errs []fieldError, rule limiter.Rule) []fieldError {
-	named := map[string]bool{}
+	named := map[string]bool{"limit": len(errs) > 0}
 	for _, e := range errs {
 		named[e.Field] = true
 		if f, _, ok := strings.Cut(e.Field, "."); ok {
 			named[f] = true
 		}
 	}
-	for _, e := range rule.Problems() {
+	for _, e := range fieldErrors(rule.Problems()) {
+		if !named[e.Field] {
+			errs = append(errs, e)
+		}
+	}
+	return errs
+}
+
+// fieldErrors are problems written "field: why" as the API reports them.
+func fieldErrors(problems []error) []fieldError {
+	var out []fieldError
+	for _, e := range problems {
 		field, msg, ok := strings.Cut(e.Error(), ": ")
 		if !ok {
 			field, msg = "rule", e.Error()
 		}
-		if !named[field] {
-			errs = append(errs, fieldError{Field: field, Message: msg})
-		}
+		out = append(out, fieldError{Field: field, Message: msg})
 	}
-	return errs
+	return out
 }
 
 func (h *Handler) resetAll(w http.ResponseWriter, r *http.Request) {

@@ -357,7 +357,7 @@ func (a *Admission) limiterRequest(ctx context.Context, t providers.Target, i in
 		OutputTokens:   a.reservation(ctx, t.Model),
 		OutputBurndown: burndownOf(t),
 		Price:          price,
-		UserPathOnly:   a.req.UserPathOnly,
+		ConsumerOnly:   a.req.UserPathOnly,
 		Class:          c.Class,
 	}
 	if a.req.Session {

@@ -100,9 +100,10 @@ func (o *Orchestrator) warnAbove(t providers.Target, rep limiter.UpstreamReport)
 		if seen {
 			continue
 		}
+		w, _ := r.Limit.(limiter.Window) // ReportedFor: a one-minute window
 		o.log.Warn("a configured rule allows more than the upstream reports it enforces: the upstream will answer 429 first",
 			"rule", r.ID(), "provider", t.Provider.Name(), "target_model", t.Model, "above", above,
-			"configured_requests", r.MaxRequests, "reported_requests", rep.LimitRequests,
-			"configured_tokens", r.MaxTokens, "reported_tokens", rep.LimitTokens, "adapt", "set adapt: true on the rule to follow it")
+			"configured_requests", w.MaxRequests, "reported_requests", rep.LimitRequests,
+			"configured_tokens", w.MaxTokens, "reported_tokens", rep.LimitTokens, "adapt", "set adapt: true on the rule to follow it")
 	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func tokenRule(limit int64) limiter.Rule {
-	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxTokens: limit}
+	return limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxTokens: limit}}
 }
 
 func remainingTokens(t *testing.T, f *fixture, body string) (int, int64) {

@@ -84,9 +84,9 @@ func (g *classGateway) waits(path string) []time.Duration {
 func TestClassesWaitWithinTheirBounds(t *testing.T) {
 	g := newClassGateway(t,
 		// 5 a second: one request leaves the next 200 ms to wait.
-		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/fast", Bucket: &limiter.Bucket{Capacity: 1, RefillPerSecond: 5}},
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/fast", Limit: limiter.Bucket{Capacity: 1, RefillPerSecond: 5}},
 		// One per 10 s.
-		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/slow", Bucket: &limiter.Bucket{Capacity: 1, RefillPerSecond: 0.1}, PerChild: true},
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/slow", Limit: limiter.Bucket{Capacity: 1, RefillPerSecond: 0.1}, PerChild: true},
 	)
 	if s, _ := g.chat("/fast", "interactive"); s != 200 {
 		t.Fatal(s)
@@ -147,7 +147,7 @@ func TestClassesWaitWithinTheirBounds(t *testing.T) {
 func TestNoClassIsAnsweredAtOnce(t *testing.T) {
 	g := newClassGateway(t,
 		// One request a minute, sliding: the second, 1.5 s in, has no room.
-		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/seed", Period: time.Minute, MaxRequests: 1},
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/seed", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1}},
 	)
 	g.now = t0.Truncate(time.Minute).Add(30 * time.Second)
 	if s, _ := g.chat("/seed", ""); s != 200 {
@@ -178,7 +178,7 @@ func TestNoClassIsAnsweredAtOnce(t *testing.T) {
 // the others are answered 429 at once (not held the whole minute).
 func TestWaitersOnlyForRoomAhead(t *testing.T) {
 	g := newClassGateway(t,
-		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/flood", Bucket: &limiter.Bucket{Capacity: 1, RefillPerSecond: 1.0 / 50}},
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/flood", Limit: limiter.Bucket{Capacity: 1, RefillPerSecond: 1.0 / 50}},
 	)
 	if s, _ := g.chat("/flood/held", "background"); s != 200 {
 		t.Fatal(s)
@@ -222,7 +222,7 @@ func (k stubKeys) Lookup(_ context.Context, secret string) (proxy.KeyInfo, error
 // standard (2 s), X-Tollgate-Class: background is taken as standard, and
 // a 10 s Retry-After is answered at once instead of waited out.
 func TestKeyCapsTheClassItsRequestsClaim(t *testing.T) {
-	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/k", PerChild: true, Bucket: &limiter.Bucket{Capacity: 1, RefillPerSecond: 0.1}}})
+	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeUserPath, Subject: "/k", PerChild: true, Limit: limiter.Bucket{Capacity: 1, RefillPerSecond: 0.1}}})
 	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})
 	cat, _ := providers.NewCatalog([]providers.Provider{mock.New("mock", 0)}, nil, nil)
 	now := t0

@@ -63,7 +63,7 @@ func TestClientGoneIsNoUpstreamFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "first", Period: limiter.Concurrent, MaxRequests: 1}})
+	rs, _ := limiter.NewRules([]limiter.Rule{{Scope: limiter.ScopeProvider, Subject: "first", Limit: limiter.Gauge{MaxInFlight: 1}}})
 	store := memstore.New()
 	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
 	var logs syncBuffer

@@ -14,8 +14,8 @@ import (
 )
 
 var fuzzRules = []limiter.Rule{
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: time.Minute, MaxRequests: 1_000_000, MaxTokens: 50_000_000},
-	{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 4},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1_000_000, MaxTokens: 50_000_000}},
+	{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 4}},
 }
 
 // checkAnswer holds every answer to what the invariants say: a known

@@ -112,7 +112,7 @@ func decodeError(t *testing.T, w *httptest.ResponseRecorder) openAIError {
 }
 
 func TestChatThroughMock(t *testing.T) {
-	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Minute, MaxRequests: 10, MaxTokens: 1000})
+	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 10, MaxTokens: 1000}})
 	w := f.do("POST", "/v1/chat/completions", chatBody, map[string]string{"X-Tollgate-User-Path": "/team/app"})
 	if w.Code != 200 {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
@@ -154,7 +154,7 @@ func TestChatThroughMock(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestRateLimited429(t *testing.T) {
-	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team/alpha", Period: limiter.Minute, MaxRequests: 2})
+	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team/alpha", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 2}})
 	hdr := map[string]string{"X-Tollgate-User-Path": "/team/alpha"}
 	for range 2 {
 		if w := f.do("POST", "/v1/chat/completions", chatBody, hdr); w.Code != 200 {
@@ -203,7 +203,7 @@ func TestRateLimited429(t *testing.T) {
 }
 
 func TestLongWaitSaysDoNotRetry(t *testing.T) {
-	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Day, MaxRequests: 1})
+	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: limiter.Day, MaxRequests: 1}})
 	f.do("POST", "/v1/chat/completions", chatBody, nil)
 	w := f.do("POST", "/v1/chat/completions", chatBody, nil)
 	if w.Code != 429 || w.Header().Get("X-Should-Retry") != "false" {
@@ -296,7 +296,7 @@ func TestUnknownRoute(t *testing.T) {
 }
 
 func TestConcurrencySlotReleasedAfterResponse(t *testing.T) {
-	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Concurrent, MaxRequests: 1})
+	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Gauge{MaxInFlight: 1}})
 	for i := range 3 {
 		if w := f.do("POST", "/v1/chat/completions", chatBody, nil); w.Code != 200 {
 			t.Fatalf("request %d: status %d (slot not released?)", i, w.Code)

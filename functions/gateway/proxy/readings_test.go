@@ -48,7 +48,7 @@ func TestBodiesReadAsTheUpstreamReadsThem(t *testing.T) {
 		}
 	}
 	// Gemini's proto name is read: max_output_tokens caps the reservation.
-	g := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Period: limiter.Minute, MaxOutputTokens: 100_000})
+	g := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", Limit: limiter.Window{Period: limiter.Minute, MaxOutputTokens: 100_000}})
 	w := g.do("POST", "/v1beta/models/gemini-2.5-flash:generateContent",
 		`{"contents":[{"parts":[{"text":"hi"}]}],"generation_config":{"max_output_tokens":7000,"candidate_count":2}}`, nil)
 	if w.Code != 200 || w.Header().Get("X-Ratelimit-Remaining-Tokens") != "86000" {
@@ -136,7 +136,7 @@ func FuzzReservationCoversEveryReading(f *testing.F) {
 		f.Add(b)
 	}
 	const limit = 1 << 40
-	fx := newFixtureTB(f, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", PerChild: true, Period: limiter.Minute, MaxOutputTokens: limit})
+	fx := newFixtureTB(f, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/", PerChild: true, Limit: limiter.Window{Period: limiter.Minute, MaxOutputTokens: limit}})
 	var seq atomic.Int64
 	f.Fuzz(func(t *testing.T, body string) {
 		path := fmt.Sprintf("/f%d", seq.Add(1))

@@ -14,7 +14,7 @@ import (
 // count it against generations); Gemini's embeddings are charged their
 // input, like OpenAI's.
 func TestCountTokensAndGeminiEmbeddings(t *testing.T) {
-	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Period: limiter.Minute, MaxRequests: 100, MaxTokens: 40})
+	f := newFixture(t, "", limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: limiter.Minute, MaxRequests: 100, MaxTokens: 40}})
 	hdr := map[string]string{"X-Tollgate-User-Path": "/team/app"}
 	long := strings.Repeat("many words here ", 20) // well over the 40 tokens
 	remaining := func(t *testing.T, w *httptest.ResponseRecorder) int64 {

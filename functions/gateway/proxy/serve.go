@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,7 +441,7 @@ func completionBackoff(attempt int) time.Duration {
 // stops it. A lease that could not be renewed in time no longer holds its
 // slot (it is logged); the request goes on.
 func (h *Handler) renewWhileRunning(ctx context.Context, lease *limiter.Lease, reqID string) func() {
-	if lease == nil || !slices.ContainsFunc(lease.Charges, func(c limiter.Charge) bool { return c.Counter.Kind == limiter.KindInFlight }) {
+	if !lease.HoldsSlots() {
 		return func() {}
 	}
 	// A timer, not a goroutine: most requests end before the first

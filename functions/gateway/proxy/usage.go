@@ -77,7 +77,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	out := usageView{UserPath: caller.UserPath, RateLimits: []ruleUsageDoc{}, Budgets: []budgetDoc{}}
 	for _, u := range us {
 		ref := limiter.Refusal{Rule: u.Rule, Child: u.Child}
-		if u.Rule.IsBudget() && len(u.Dimensions) == 1 {
+		if _, budget := u.Rule.Limit.(limiter.Budget); budget && len(u.Dimensions) == 1 {
 			d := u.Dimensions[0]
 			out.Budgets = append(out.Budgets, budgetDoc{
 				Budget:      ruleName(&ref),

@@ -6,13 +6,13 @@ import (
 	"github.com/tollgate/tollgate/providers/tokens/bpe"
 )
 
-// Tiktoken counts with OpenAI's own tokenizers for OpenAI model families
+// BPE counts with the byte-pair encodings of OpenAI model families
 // (o200k_base for gpt-4o, gpt-4.1, gpt-5, o-series; cl100k_base for
-// gpt-4, gpt-3.5 and the embedding models), exactly as tiktoken counts,
-// and falls back to Heuristic for every other model. The tokenizers'
-// tables are part of the binary and need no loading; counting is linear
-// in the text (see package bpe).
-type Tiktoken struct {
+// gpt-4, gpt-3.5 and the embedding models), through tollgate's own
+// tokenizer (package bpe), which counts what tiktoken counts; every other
+// model falls back to Fallback, or Heuristic. The encodings' tables are
+// part of the binary and need no loading; counting is linear in the text.
+type BPE struct {
 	Fallback Estimator
 }
 
@@ -53,7 +53,7 @@ func encoding(name string) *bpe.Encoding {
 }
 
 // Count implements Estimator.
-func (t Tiktoken) Count(model, text string) int64 {
+func (t BPE) Count(model, text string) int64 {
 	if text == "" {
 		return 0
 	}
