@@ -258,12 +258,12 @@ func tableShape(v any) string {
 	return strings.Join(parts, ", ")
 }
 
-// Every IAM statement names only the project's own tables, index, stream
-// and SSM path; nothing is granted on "*".
+// Every IAM statement names only the project's own tables, stream and SSM
+// path; nothing is granted on "*".
 func TestTemplateIAMIsScoped(t *testing.T) {
 	tpl := cfn(t, "../template.yaml")
 	allowed := regexp.MustCompile(`^(\{"Fn::GetAtt":"(CountersTable|LeasesTable|ConfigTable)\.(Arn|StreamArn)"\}|\{"Ref":"BedrockModelArns"\}|` +
-		`\{"Fn::Sub":"\$\{LeasesTable\.Arn\}/(index/by_expiry|stream/\*)"\}|` +
+		`\{"Fn::Sub":"\$\{LeasesTable\.Arn\}/stream/\*"\}|` +
 		`\{"Fn::Sub":"arn:\$\{AWS::Partition\}:(ssm|secretsmanager):\$\{AWS::Region\}:\$\{AWS::AccountId\}:(parameter/|secret:)\$\{ParameterPath\}/\*"\})$`)
 	// The alert topic is the one resource named by a parameter: only
 	// sns:Publish on it, only when it is given.
