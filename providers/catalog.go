@@ -59,6 +59,7 @@ type Catalog struct {
 	aliases   map[string]Route // case-folded name
 	aliasList []string
 	fallback  Provider
+	declared  map[string]Capabilities // "provider/model", lower-cased
 }
 
 // NewCatalog builds a catalog. Bare model ids that no provider lists are

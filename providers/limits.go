@@ -17,54 +17,14 @@ const MaxChoices = 128
 // MaxCandidates bounds Gemini's candidateCount.
 const MaxCandidates = 8
 
-// maxOutput lists the largest output, in tokens, of well-known model
-// families, by model-id prefix (longest prefix wins), as their providers
-// document them (2026-11). A reservation is never larger: a provider
-// refuses a larger max_tokens or stops there.
-var maxOutput = []struct {
-	prefix string
-	tokens int64
-}{
-	{"gpt-4o-mini", 16_384},
-	{"gpt-4o", 16_384},
-	{"chatgpt-4o", 16_384},
-	{"gpt-4.1", 32_768},
-	{"gpt-4.5", 16_384},
-	{"gpt-4-turbo", 4_096},
-	{"gpt-4", 8_192},
-	{"gpt-3.5", 4_096},
-	{"gpt-5", 128_000},
-	{"gpt-oss", 131_072},
-	{"o1-mini", 65_536},
-	{"o1", 100_000},
-	{"o3", 100_000},
-	{"o4", 100_000},
-	{"claude-3-5-haiku", 8_192},
-	{"claude-3-5-sonnet", 8_192},
-	{"claude-3-7-sonnet", 64_000},
-	{"claude-3-haiku", 4_096},
-	{"claude-3-opus", 4_096},
-	{"claude-sonnet-4", 64_000},
-	{"claude-opus-4", 32_000},
-	{"claude-haiku-4", 64_000},
-	{"gemini-1.5", 8_192},
-	{"gemini-2.0", 8_192},
-	{"gemini-2.5", 65_536},
-	{"gemini-3", 65_536},
-}
-
-// MaxOutputTokens returns the largest output of a model when it is known:
-// "gpt-4o-2024-08-06" and "openai/gpt-4o" are gpt-4o, Bedrock's
-// "us.anthropic.claude-sonnet-4-20250514-v1:0" is claude-sonnet-4.
+// MaxOutputTokens returns the largest output of a model when it is known
+// (the capabilities table): "gpt-4o-2024-08-06" and "openai/gpt-4o" are
+// gpt-4o, Bedrock's "us.anthropic.claude-sonnet-4-20250514-v1:0" is
+// claude-sonnet-4. A reservation is never larger: a provider refuses a
+// larger max_tokens or stops there.
 func MaxOutputTokens(model string) (int64, bool) {
-	m := BaseModelID(model)
-	best, n := -1, int64(0)
-	for i, e := range maxOutput {
-		if strings.HasPrefix(m, e.prefix) && (best < 0 || len(e.prefix) > len(maxOutput[best].prefix)) {
-			best, n = i, e.tokens
-		}
-	}
-	return n, best >= 0
+	c, ok := BuiltinCapabilities(model)
+	return c.MaxOutputTokens, ok && c.MaxOutputTokens > 0
 }
 
 // BaseModelID returns a model id as its maker names it, lower-cased:

@@ -47,6 +47,16 @@ var opNames = map[Op]string{
 	OpCountTokens: "count_tokens", OpRealtime: "realtime",
 }
 
+// ParseOp returns the operation of a route name ("chat", "messages", …).
+func ParseOp(name string) (Op, bool) {
+	for o, n := range opNames {
+		if n == name {
+			return o, true
+		}
+	}
+	return 0, false
+}
+
 func (o Op) String() string {
 	if s, ok := opNames[o]; ok {
 		return s
@@ -139,7 +149,15 @@ type UpstreamLimits struct {
 	// ResetRequests / ResetTokens are how long until those reset.
 	ResetRequests time.Duration
 	ResetTokens   time.Duration
+	// LimitRequests / LimitTokens are the limits the upstream enforces
+	// (per minute for OpenAI, Azure and Anthropic); 0 or less when not
+	// reported.
+	LimitRequests int64
+	LimitTokens   int64
 }
+
+// ReportsLimits reports whether the upstream said what its limits are.
+func (l UpstreamLimits) ReportsLimits() bool { return l.LimitRequests > 0 || l.LimitTokens > 0 }
 
 // Provider is one upstream instance.
 type Provider interface {

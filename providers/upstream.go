@@ -70,11 +70,11 @@ func Send(client *http.Client, provider string, req *http.Request) (*http.Respon
 }
 
 // ParseLimits reads a provider's rate-limit headers: OpenAI's and Azure's
-// x-ratelimit-{remaining,reset}-{requests,tokens}, Anthropic's
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens}, Anthropic's
 // anthropic-ratelimit-*, and retry-after / retry-after-ms. now turns
 // Anthropic's reset timestamps into durations.
 func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
-	l := UpstreamLimits{RemainingRequests: -1, RemainingTokens: -1}
+	l := UpstreamLimits{RemainingRequests: -1, RemainingTokens: -1, LimitRequests: -1, LimitTokens: -1}
 	if v := h.Get("Retry-After-Ms"); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
 			l.RetryAfter = time.Duration(ms * float64(time.Millisecond))
@@ -87,6 +87,8 @@ func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
 			l.RetryAfter = max(0, t.Sub(now))
 		}
 	}
+	l.LimitRequests = intHeader(h, "X-Ratelimit-Limit-Requests", "Anthropic-Ratelimit-Requests-Limit")
+	l.LimitTokens = intHeader(h, "X-Ratelimit-Limit-Tokens", "Anthropic-Ratelimit-Tokens-Limit")
 	l.RemainingRequests = intHeader(h, "X-Ratelimit-Remaining-Requests", "Anthropic-Ratelimit-Requests-Remaining")
 	l.RemainingTokens = intHeader(h, "X-Ratelimit-Remaining-Tokens", "Anthropic-Ratelimit-Tokens-Remaining")
 	l.ResetRequests = resetHeader(h, now, "X-Ratelimit-Reset-Requests", "Anthropic-Ratelimit-Requests-Reset")

@@ -49,6 +49,13 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func newInstance(t *testing.T, prefix string, start time.Time, env config.Env) *instance {
 	t.Helper()
+	return newInstanceWith(t, prefix, start, env, nil)
+}
+
+// newInstanceWith is newInstance with the app adjusted by adjust before
+// its handlers are built (nil: none).
+func newInstanceWith(t *testing.T, prefix string, start time.Time, env config.Env, adjust func(*instance)) *instance {
+	t.Helper()
 	e := config.Env{
 		"TOLLGATE_STORE": "dynamodb", "TOLLGATE_TABLE_PREFIX": prefix, "TOLLGATE_MASTER_KEY": master, "TOLLGATE_CONFIG": "",
 	}
@@ -62,6 +69,9 @@ func newInstance(t *testing.T, prefix string, start time.Time, env config.Env) *
 	}
 	in := &instance{app: a, logs: &logs, clock: &fakeClock{t: start}}
 	a.Clock = in.clock.Now
+	if adjust != nil {
+		adjust(in)
+	}
 	if err := a.BuildGateway(); err != nil {
 		t.Fatal(err)
 	}

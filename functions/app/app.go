@@ -23,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate/functions/admin/adminapi"
 	"github.com/tollgate/tollgate/functions/config"
+	"github.com/tollgate/tollgate/functions/gateway/admission"
 	"github.com/tollgate/tollgate/functions/gateway/proxy"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/dynamostore"
@@ -62,6 +63,9 @@ type App struct {
 	Watcher *configstore.Watcher
 	// Clock is the time of every decision the handlers make; tests set it.
 	Clock func() time.Time
+	// Sleep is how the gateway waits out a refusal (nil: a timer); tests
+	// step Clock instead.
+	Sleep func(ctx context.Context, d time.Duration) error
 
 	closers []func()
 	// keyCache resolves managed keys for the gateway; the admin API drops
@@ -161,8 +165,11 @@ func New(ctx context.Context, env config.Env, log *slog.Logger) (*App, error) {
 	}
 	a.Watcher = configstore.NewWatcher(a.ConfigStore, rules, a.Limiter, 0, log)
 	a.Watcher.AlignBudgets(cfg.BudgetLocation)
-	if c, ok := a.Store.(proxy.Cooldowns); ok {
+	if c, ok := a.Store.(admission.Cooldowns); ok {
 		a.Watcher.WatchRamps(rampHealth(c, cfg, log, a.latencyDoubled))
+	}
+	if r, ok := a.Store.(configstore.UpstreamReader); ok && len(cfg.AdaptRules) > 0 {
+		a.Watcher.Adapt(cfg.AdaptRules, r)
 	}
 	if cfg.RateLimitsEnabled {
 		if err := a.Watcher.Load(ctx); err != nil {
@@ -225,6 +232,32 @@ func (a *App) BuildGateway() error {
 		names = append(names, p.Name())
 	}
 	a.Log.Info("providers ready", "providers", strings.Join(names, ","), "models", strings.Join(catalog.ModelIDs(), ","))
+	pc := a.gatewayConfig(catalog)
+	if a.Config.RateLimitsEnabled {
+		// The gateway agrees shard layouts with the other instances.
+		a.Watcher.RecordLayouts()
+		if err := a.Watcher.Load(context.Background()); err != nil {
+			a.Log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
+		}
+	}
+	// Managed keys bind their callers in dev mode too.
+	a.keyCache = configstore.NewKeyCache(a.ConfigStore, 0)
+	pc.Keys = keyResolver{cache: a.keyCache, now: a.Clock}
+	if bs, ok := a.ConfigStore.(batchStore); ok {
+		pc.Batches = batchRecorder{store: bs}
+	}
+	if ss, ok := a.ConfigStore.(sessionStore); ok {
+		pc.Sessions = sessions{store: ss}
+	}
+	a.Gateway, err = proxy.New(pc)
+	return err
+}
+
+// gatewayConfig is the gateway's configuration over catalog, as far as
+// admission needs it (and the admin API's explain, which runs the same
+// admission).
+func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
+	s := a.Config.Settings
 	pc := proxy.Config{
 		Limiter:            a.Limiter,
 		Catalog:            catalog,
@@ -241,6 +274,7 @@ func (a *App) BuildGateway() error {
 		StoreTimeout:       s.StoreTimeout,
 		Logger:             a.Log,
 		Now:                a.Clock,
+		Sleep:              a.Sleep,
 		Classes:            a.Config.Shaping.Classes,
 		DefaultClass:       a.Config.Shaping.DefaultClass,
 		ClampFloor:         a.Config.Gateway.ClampFloor,
@@ -249,8 +283,21 @@ func (a *App) BuildGateway() error {
 		RealtimeMaxSession:    a.Config.Gateway.RealtimeMaxSession,
 		RealtimeSessionTokens: a.Config.Gateway.RealtimeSessionTokens,
 	}
-	if c, ok := a.Store.(proxy.Cooldowns); ok {
+	for class, f := range a.Config.Shaping.Fallbacks {
+		if pc.Fallbacks == nil {
+			pc.Fallbacks = map[string]admission.Fallback{}
+		}
+		pc.Fallbacks[class], _ = admission.ParseFallback(f) // checked by config
+	}
+	for _, d := range a.Config.Downgrades {
+		pc.Downgrades = append(pc.Downgrades, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused,
+			BudgetBelow: d.BudgetBelow, Classes: d.Classes})
+	}
+	if c, ok := a.Store.(admission.Cooldowns); ok {
 		pc.Cooldowns = c
+	}
+	if u, ok := a.Store.(admission.UpstreamRecorder); ok {
+		pc.Upstream = u
 	}
 	if a.stats != nil {
 		pc.Observer = a.stats
@@ -258,28 +305,51 @@ func (a *App) BuildGateway() error {
 	if a.Config.RateLimitsEnabled {
 		pc.Refresh = a.Watcher.Refresh
 		pc.Pauses = a.Watcher.Pauses
-		// The gateway agrees shard layouts with the other instances.
-		a.Watcher.RecordLayouts()
-		if err := a.Watcher.Load(context.Background()); err != nil {
-			a.Log.Warn("could not load the admin API's rules; enforcing the configured ones until it can", "err", err)
-		}
-	}
-	// Managed keys bind their callers in dev mode too.
-	a.keyCache = configstore.NewKeyCache(a.ConfigStore, 0)
-	pc.Keys = keyResolver{cache: a.keyCache, now: a.Clock}
-	if bs, ok := a.ConfigStore.(batchStore); ok {
-		pc.Batches = batchRecorder{store: bs}
-	}
-	if ss, ok := a.ConfigStore.(sessionStore); ok {
-		pc.Sessions = sessions{store: ss}
 	}
 	if es, ok := a.ConfigStore.(estimateStore); ok {
 		pc.Estimates = a.estimates(es)
 		pc.AdaptiveFloor = a.Config.Gateway.AdaptiveFloor
 		pc.AdaptiveCapped = a.Config.Gateway.Reservation == "adaptive"
 	}
-	a.Gateway, err = proxy.New(pc)
-	return err
+	return pc
+}
+
+// upstreamReader is the store's reader of upstream reports, if it has one.
+func upstreamReader(s limiter.Store) adminapi.UpstreamReader {
+	if r, ok := s.(adminapi.UpstreamReader); ok {
+		return r
+	}
+	return nil
+}
+
+// explainer is the admin API's Explainer: the gateway's own admission
+// when this process runs the gateway, else one built on first use over
+// the configured providers (their keys are not needed to explain).
+type explainer struct {
+	a    *App
+	once sync.Once
+	adm  *admission.Orchestrator
+	err  error
+}
+
+func (e *explainer) Explain(ctx context.Context, req admission.Request) (admission.Explanation, error) {
+	e.once.Do(func() {
+		if e.a.Gateway != nil {
+			e.adm = e.a.Gateway.Admission()
+			return
+		}
+		catalog, err := e.a.catalogOf(slices.Clone(e.a.Config.Providers))
+		if err == nil {
+			e.adm, err = admission.New(proxy.AdmissionConfig(e.a.gatewayConfig(catalog)))
+		}
+		if err != nil {
+			e.err = fmt.Errorf("%w: %v", adminapi.ErrCannotExplain, err)
+		}
+	})
+	if e.err != nil {
+		return admission.Explanation{}, e.err
+	}
+	return e.adm.Explain(ctx, req)
 }
 
 // BuildAdmin builds the admin API.
@@ -293,7 +363,7 @@ func (a *App) BuildAdmin() error {
 		config = a.Config.Rules
 	}
 	var err error
-	var est proxy.Estimates
+	var est admission.Estimates
 	if es, ok := a.ConfigStore.(estimateStore); ok {
 		est = a.estimates(es)
 	}
@@ -320,7 +390,8 @@ func (a *App) BuildAdmin() error {
 			}
 		},
 		Providers:     providers,
-		Burndown:      burndowns(a.Config.Providers),
+		Explainer:     &explainer{a: a},
+		Upstream:      upstreamReader(a.Store),
 		Stats:         stats,
 		Estimates:     est,
 		Store:         a.ConfigStore,
@@ -392,7 +463,7 @@ func Exit(log *slog.Logger, err error) {
 // saw it, did not double against the interval before). An upstream 429 sets such a cooldown on every instance, so one
 // instance's 429 holds the ramp for all. A store that cannot answer holds
 // the ramp too.
-func rampHealth(c proxy.Cooldowns, cfg *config.Config, log *slog.Logger,
+func rampHealth(c admission.Cooldowns, cfg *config.Config, log *slog.Logger,
 	slower func(key string, now time.Time, interval time.Duration) bool) func(context.Context, limiter.Rule, time.Time) bool {
 	return func(ctx context.Context, r limiter.Rule, since time.Time) bool {
 		var keys []string

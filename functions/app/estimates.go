@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate/tollgate/functions/gateway/proxy"
+	"github.com/tollgate/tollgate/functions/gateway/admission"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/lru"
 	"github.com/tollgate/tollgate/limiter/learn"
@@ -56,7 +56,7 @@ type estimates struct {
 }
 
 type cachedEstimate struct {
-	est  proxy.Estimate
+	est  admission.Estimate
 	read time.Time
 }
 
@@ -66,7 +66,7 @@ const estimateTTL = time.Minute
 // OutputEstimate returns the learned p95 of output tokens for a route,
 // model and key (falling back to the route and model over every key),
 // once it rests on enough samples.
-func (e *estimates) OutputEstimate(ctx context.Context, route, model, key string) (proxy.Estimate, bool) {
+func (e *estimates) OutputEstimate(ctx context.Context, route, model, key string) (admission.Estimate, bool) {
 	now := e.now()
 	days := []string{configstore.EstimateDay(now), configstore.EstimateDay(now.Add(-24 * time.Hour))}
 	for _, k := range []configstore.EstimateKey{{Route: route, Model: model, Key: key}, {Route: route, Model: model}} {
@@ -76,9 +76,9 @@ func (e *estimates) OutputEstimate(ctx context.Context, route, model, key string
 		if !ok || now.Sub(c.read) > estimateTTL {
 			h, err := e.store.Estimate(ctx, k, days)
 			if err != nil {
-				return proxy.Estimate{}, false
+				return admission.Estimate{}, false
 			}
-			c = cachedEstimate{est: proxy.Estimate{P95: h.Quantile(0.95), Samples: h.N()}, read: now}
+			c = cachedEstimate{est: admission.Estimate{P95: h.Quantile(0.95), Samples: h.N()}, read: now}
 			e.mu.Lock()
 			e.cache.Put(k, c)
 			e.mu.Unlock()
@@ -91,7 +91,7 @@ func (e *estimates) OutputEstimate(ctx context.Context, route, model, key string
 			break
 		}
 	}
-	return proxy.Estimate{}, false
+	return admission.Estimate{}, false
 }
 
 // estimates returns the app's estimate reader, one per app.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/tollgate/tollgate/functions/config"
 	"github.com/tollgate/tollgate/infra/dynamostore"
@@ -24,6 +23,11 @@ func (a *App) buildCatalog(ctx context.Context) (*providers.Catalog, error) {
 	if err := a.resolveKeys(ctx, specs); err != nil {
 		return nil, err
 	}
+	return a.catalogOf(specs)
+}
+
+// catalogOf builds the providers of specs, with the keys they hold.
+func (a *App) catalogOf(specs []config.ProviderSpec) (*providers.Catalog, error) {
 	var ps []providers.Provider
 	var errs []error
 	for _, s := range specs {
@@ -48,7 +52,16 @@ func (a *App) buildCatalog(ctx context.Context) (*providers.Catalog, error) {
 		}
 		aliases = append(aliases, pa)
 	}
-	return providers.NewCatalog(ps, aliases, nil)
+	c, err := providers.NewCatalog(ps, aliases, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range specs {
+		for model, caps := range s.Capabilities {
+			c.Declare(s.Name, model, caps)
+		}
+	}
+	return c, nil
 }
 
 func newProvider(s config.ProviderSpec, settings config.Settings) (providers.Provider, error) {
@@ -108,19 +121,4 @@ func (a *App) resolveKeys(ctx context.Context, specs []config.ProviderSpec) erro
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// burndowns returns the output burndown of a provider's model as the
-// gateway charges it to rules of Bedrock's quota: the Bedrock provider's
-// table and overrides, 1 for any other provider; for explain, which has no
-// provider instances.
-func burndowns(specs []config.ProviderSpec) func(provider, model string) int64 {
-	return func(provider, model string) int64 {
-		for _, s := range specs {
-			if strings.EqualFold(s.Name, provider) && s.Type == "bedrock" {
-				return bedrock.Burndown(model, s.Burndown)
-			}
-		}
-		return 1
-	}
 }

@@ -46,6 +46,11 @@ type Config struct {
 	// Providers are the provider instances; Aliases the virtual models.
 	Providers []ProviderSpec
 	Aliases   []AliasSpec
+	// Downgrades are the downgrade rules (downgrade[]).
+	Downgrades []DowngradeSpec
+	// AdaptRules are the provider and model rules that follow what their
+	// upstreams report (adapt: true).
+	AdaptRules []limiter.RuleKey
 
 	// Prices are the configured model prices ("model" or
 	// "provider/model"); DefaultPrice is prices.default, if given.
@@ -74,6 +79,10 @@ type Shaping struct {
 	// DefaultClass is the class of a request that names none
 	// (shaping.default_class); "" is none, which waits for nothing.
 	DefaultClass string
+	// Fallbacks maps a class to its policy for targets other than a
+	// request's first choice (shaping.classes.<name>.fallback): any (the
+	// default, not listed), same_family or none.
+	Fallbacks map[string]string
 }
 
 // Gateway holds the gateway options of the file's gateway section.
@@ -202,11 +211,13 @@ type file struct {
 	Models         []aliasYAML          `yaml:"models"`
 	Alerts         *alertsSpec          `yaml:"alerts"`
 	Audit          *auditSpec           `yaml:"audit"`
+	Downgrade      []downgradeYAML      `yaml:"downgrade"`
 }
 
 type shapingSpec struct {
 	Classes map[string]struct {
-		MaxWait string `yaml:"max_wait"`
+		MaxWait  string `yaml:"max_wait"`
+		Fallback string `yaml:"fallback"`
 	} `yaml:"classes"`
 	DefaultClass string `yaml:"default_class"`
 }
@@ -276,6 +287,9 @@ type limitSpec struct {
 	Ramp *rampSpec `yaml:"ramp" json:"ramp"`
 	// FairShare shares the limit among members by weight.
 	FairShare *fairShareSpec `yaml:"fair_share" json:"fair_share"`
+	// Adapt, on a provider or model window of a minute, lowers its limits
+	// to what the upstream reports it enforces.
+	Adapt bool `yaml:"adapt" json:"-"`
 	// PerChild is accepted in the JSON form only, where there is no
 	// enclosing path entry to carry it.
 	PerChild bool `yaml:"-" json:"per_child"`
@@ -473,7 +487,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 	if f.Audit != nil {
 		errs = append(errs, cfg.loadAudit(f.Audit, at)...)
 	}
-	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at))
+	errs = append(errs, cfg.loadProviders(f.Providers, at), cfg.loadAliases(f.Models, at), cfg.loadDowngrades(f.Downgrade, at))
 	if st := f.Store; st != nil {
 		if st.RejectCache != "" {
 			d, err := time.ParseDuration(st.RejectCache)
@@ -501,6 +515,16 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			default:
 				cfg.Shaping.Classes[name] = d
 			}
+			switch c.Fallback {
+			case "", "any":
+			case "same_family", "none":
+				if cfg.Shaping.Fallbacks == nil {
+					cfg.Shaping.Fallbacks = map[string]string{}
+				}
+				cfg.Shaping.Fallbacks[name] = c.Fallback
+			default:
+				errs = append(errs, fmt.Errorf("%s: %q is not any, same_family or none", at("shaping", "classes", name, "fallback"), c.Fallback))
+			}
 		}
 		if sh.DefaultClass != "" {
 			if _, ok := cfg.Shaping.Classes[sh.DefaultClass]; !ok {
@@ -509,6 +533,7 @@ func (cfg *Config) loadFile(path string, data []byte) error {
 			cfg.Shaping.DefaultClass = sh.DefaultClass
 		}
 	}
+	errs = append(errs, cfg.checkDowngrades(at))
 	return errors.Join(errs...)
 }
 
@@ -611,10 +636,33 @@ func (cfg *Config) addLimits(at func(keys ...any) string, where []any, scope lim
 	for j, l := range limits {
 		l.PerChild = perChild
 		r, err := l.rule(scope, subject)
-		errs = append(errs, prefix(at(slices.Concat(where, []any{"limits", j})...), err))
+		here := at(slices.Concat(where, []any{"limits", j})...)
+		errs = append(errs, prefix(here, err))
 		cfg.Rules = appendIfValid(cfg.Rules, r, err)
+		if l.Adapt && err == nil {
+			if e := adaptProblem(r); e != nil {
+				errs = append(errs, fmt.Errorf("%s: adapt: %w", here, e))
+			} else {
+				cfg.AdaptRules = append(cfg.AdaptRules, r.Key())
+			}
+		}
 	}
 	return errs
+}
+
+// adaptProblem says why rule r cannot follow its upstream's reports:
+// only a one-minute window of a provider, or of a provider's model,
+// limiting requests or tokens, is what an upstream reports.
+func adaptProblem(r limiter.Rule) error {
+	switch {
+	case r.Scope != limiter.ScopeProvider && r.Scope != limiter.ScopeModel:
+		return errors.New("only provider and model rules follow what an upstream reports")
+	case r.Scope == limiter.ScopeModel && !strings.Contains(r.Subject, "/"):
+		return fmt.Errorf("name the model at its provider (provider/%s): the report is one provider's", r.Subject)
+	case r.Bucket != nil || r.IsBudget() || r.Period != limiter.Minute || (r.MaxRequests == 0 && r.MaxTokens == 0):
+		return errors.New("upstreams report per-minute limits of requests and tokens: adapt a window of period minute with max_requests or max_tokens")
+	}
+	return nil
 }
 
 func appendIfValid(rules []limiter.Rule, r limiter.Rule, err error) []limiter.Rule {

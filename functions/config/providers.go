@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers"
 )
 
 // ProviderSpec is one provider instance.
@@ -25,8 +26,10 @@ type ProviderSpec struct {
 	APIKeySecret    string
 	APIKey          string
 	// Models the instance serves (for /v1/models and bare ids); empty means
-	// any model id.
-	Models []string
+	// any model id. Capabilities are what providers[].models objects
+	// declare of some of them, by id.
+	Models       []string
+	Capabilities map[string]providers.Capabilities
 	// Azure OpenAI only.
 	APIVersion  string
 	Deployments map[string]string
@@ -73,7 +76,7 @@ type providerYAML struct {
 	APIKeyEnv       string            `yaml:"api_key_env"`
 	APIKeyParameter string            `yaml:"api_key_parameter"`
 	APIKeySecret    string            `yaml:"api_key_secret"`
-	Models          []string          `yaml:"models"`
+	Models          []modelYAML       `yaml:"models"`
 	APIVersion      string            `yaml:"api_version"`
 	Deployments     map[string]string `yaml:"deployments"`
 	Timeout         string            `yaml:"timeout"`
@@ -121,9 +124,10 @@ func (cfg *Config) loadProviders(specs []providerYAML, at func(...any) string) e
 		spec := ProviderSpec{
 			Name: p.Name, Type: p.Type, BaseURL: p.BaseURL,
 			APIKeyEnv: p.APIKeyEnv, APIKeyParameter: p.APIKeyParameter, APIKeySecret: p.APIKeySecret,
-			Models: p.Models, APIVersion: p.APIVersion, Deployments: p.Deployments,
+			APIVersion: p.APIVersion, Deployments: p.Deployments,
 			Region: p.Region, Burndown: p.Burndown, ServiceTiers: p.ServiceTiers,
 		}
+		errs = append(errs, loadModels(&spec, p.Models, at, i)...)
 		sources := 0
 		for _, s := range []string{p.APIKeyEnv, p.APIKeyParameter, p.APIKeySecret} {
 			if s != "" {

@@ -61,6 +61,11 @@ type Watcher struct {
 	// health says whether a rule's upstream answered 429 since an instant.
 	ramps  atomic.Pointer[[]rampEntry]
 	health func(ctx context.Context, r limiter.Rule, since time.Time) bool
+	// adaptKeys are the rules that follow their upstreams' reports, read
+	// from reports; adapted the reports applied (see adapt.go).
+	adaptKeys []limiter.RuleKey
+	reports   UpstreamReader
+	adapted   atomic.Pointer[map[string]limiter.UpstreamReport]
 }
 
 type rampEntry struct {
@@ -149,7 +154,7 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	w.checking = true
 	w.mu.Unlock()
 	err := w.refresh(ctx, now)
-	if err == nil && w.stepRamps(ctx, now) {
+	if err == nil && (w.stepRamps(ctx, now) || w.readReports(ctx)) {
 		w.mu.Lock()
 		w.loaded = false
 		w.mu.Unlock()
@@ -204,6 +209,7 @@ func (w *Watcher) refresh(ctx context.Context, now time.Time) error {
 		return err
 	}
 	merged := Merge(w.config, snap)
+	w.adaptRules(merged)
 	var ramps []rampEntry
 	for i := range merged {
 		if merged[i].Ramp != nil {

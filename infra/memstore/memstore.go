@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,7 @@ type Store struct {
 	stats map[string]map[int64]map[string]float64
 
 	cooldowns map[string]time.Time
+	upstream  map[string]limiter.UpstreamReport
 }
 
 type cell struct {
@@ -451,6 +453,35 @@ func (s *Store) CooldownUntil(_ context.Context, keys []string) (map[string]time
 	for _, k := range keys {
 		if t, ok := s.cooldowns[k]; ok {
 			out[k] = t
+		}
+	}
+	return out, nil
+}
+
+// RecordUpstream records rep under key unless a report was recorded
+// within every before rep.At; it reports whether it wrote.
+func (s *Store) RecordUpstream(_ context.Context, key string, rep limiter.UpstreamReport, every time.Duration) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key = strings.ToLower(key)
+	if old, ok := s.upstream[key]; ok && old.At.After(rep.At.Add(-every)) {
+		return false, nil
+	}
+	if s.upstream == nil {
+		s.upstream = map[string]limiter.UpstreamReport{}
+	}
+	s.upstream[key] = rep
+	return true, nil
+}
+
+// UpstreamReports returns the reports recorded under keys.
+func (s *Store) UpstreamReports(_ context.Context, keys []string) (map[string]limiter.UpstreamReport, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]limiter.UpstreamReport{}
+	for _, k := range keys {
+		if rep, ok := s.upstream[strings.ToLower(k)]; ok {
+			out[k] = rep
 		}
 	}
 	return out, nil

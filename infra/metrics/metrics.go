@@ -29,6 +29,9 @@ const (
 	ReconcilerLag       = "ReconcilerLag"       // milliseconds behind the newest record read
 	ReconcilerRecords   = "ReconcilerRecords"   // records read by a run
 	BatchesGivenUp      = "BatchesGivenUp"      // batches given up uncharged (polls failing too long, never ending)
+	FellBack            = "FellBack"            // requests admitted on a target other than their first choice, by From and To
+	Downgraded          = "Downgraded"          // requests admitted on a downgrade's model, by From and To
+	Incompatible        = "Incompatible"        // targets skipped as incompatible with a request, by Target
 )
 
 // Sink receives measurements. Dimensions are name, value pairs.

@@ -96,8 +96,8 @@ const (
 	OutcomeRefused     = "refused"
 	OutcomeWaited      = "waited"
 	OutcomeUpstream429 = "upstream_429"
-	// Not counted yet: the gateway's fallback and downgrade outcomes
-	// (DESIGN §13) add these when they land.
+	// OutcomeFallback is an admission on a target other than the first
+	// choice; OutcomeDowngraded one on a downgrade's model.
 	OutcomeFallback   = "fallback"
 	OutcomeDowngraded = "downgraded"
 )

@@ -60,6 +60,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"FairShare", testFairShare},
 		{"FairShareInFlight", testFairShareInFlight},
 		{"BedrockQuota", testBedrockQuota},
+		{"UpstreamReportsAtMostEvery", testUpstreamReportsAtMostEvery},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

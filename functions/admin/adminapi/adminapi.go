@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/functions/gateway/proxy"
+	"github.com/tollgate/tollgate/functions/gateway/admission"
 	"github.com/tollgate/tollgate/infra/configstore"
 	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/limiter"
@@ -63,17 +63,19 @@ type Config struct {
 	Prices *pricing.Table
 	// Classes are the traffic classes a key may be given (nil: any).
 	Classes []string
-	// Estimates, when set, shows the learned reservations in explain;
-	// AdaptiveFloor is the least they reserve.
-	Estimates     proxy.Estimates
+	// Upstream, when set, shows in explain what upstreams report of their
+	// limits beside the rules that limit them.
+	Upstream UpstreamReader
+	// Explainer runs explained requests' admission in dry run; nil
+	// answers 503. Estimates, when set, shows the learned reservations
+	// in explain; AdaptiveFloor is the least they reserve.
+	Explainer     Explainer
+	Estimates     admission.Estimates
 	AdaptiveFloor int64
 	// Stats, when set, serves GET /admin/stats.
 	Stats metrics.StatsStore
 	// Providers are listed by GET /admin/overview.
 	Providers []Provider
-	// Burndown is the output burndown of a provider's model, for explained
-	// requests on rules of Bedrock's quota (nil: 1).
-	Burndown func(provider, model string) int64
 	// Alerts, when set, serves GET /admin/alerts; AlertsConfig is what it
 	// shows of the configuration.
 	Alerts       AlertLister

@@ -1,39 +1,84 @@
 package adminapi
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
+	"github.com/tollgate/tollgate/functions/gateway/admission"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers"
 	"github.com/tollgate/tollgate/providers/pricing"
 )
 
-// explainInput is a POST /admin/explain body: a request as admission would
-// see it at one target.
+// Explainer runs a request's admission in dry run (an
+// admission.Orchestrator): the gateway's own in a local process, one of
+// the admin function's in Lambda.
+type Explainer interface {
+	Explain(ctx context.Context, req admission.Request) (admission.Explanation, error)
+}
+
+// ErrCannotExplain wraps an Explainer's failure that is not the store's:
+// the providers it needs could not be built.
+var ErrCannotExplain = errors.New("explain is not available")
+
+// explainInput is a POST /admin/explain body: a request as the gateway
+// would parse it.
 type explainInput struct {
-	UserPath     string `json:"user_path"`
+	UserPath string `json:"user_path"`
+	// Model is resolved as a request's is (an alias, "provider/model", a
+	// bare id); with Provider, it is tried at that provider alone.
 	Provider     string `json:"provider"`
 	Model        string `json:"model"`
 	Key          string `json:"key"`
 	Tags         any    `json:"tags"` // "k=v,k2=v2" or {"k": "v"}
+	Class        string `json:"class"`
 	InputTokens  int64  `json:"input_tokens"`
 	MaxTokens    int64  `json:"max_tokens"`
+	N            int64  `json:"n"`
 	BatchRequest bool   `json:"batch"`
 	// Route is the request's route ("chat", "messages", …; default chat),
 	// whose learned reservation applies.
 	Route string `json:"route"`
+	// What the request's body would need of a model other than its first
+	// choice.
+	Tools            bool `json:"tools"`
+	Vision           bool `json:"vision"`
+	Audio            bool `json:"audio"`
+	StructuredOutput bool `json:"structured_output"`
 }
 
+// explainDecision is what the request would get: its status, and what
+// the answer's x-tollgate-decision, x-tollgate-rule and Retry-After
+// would say, or the target it would go to.
 type explainDecision struct {
 	Allowed      bool     `json:"allowed"`
 	Status       int      `json:"status"`
+	Target       string   `json:"target,omitempty"`
+	Decision     string   `json:"decision,omitempty"`
 	Type         string   `json:"type,omitempty"`
 	Rule         string   `json:"rule,omitempty"`
+	RuleID       string   `json:"rule_id,omitempty"`
 	Message      string   `json:"message,omitempty"`
 	RetryAfterMS *int64   `json:"retry_after_ms,omitempty"`
 	Retryable    bool     `json:"retryable,omitempty"`
 	Shadow       []string `json:"shadow_refusals,omitempty"`
+	WaitedMS     int64    `json:"waited_ms,omitempty"`
+	ClampedTo    int64    `json:"clamped_to,omitempty"`
+}
+
+// explainedTarget is one target's look: skipped, and why, or admitted.
+type explainedTarget struct {
+	Target       string `json:"target"`
+	Pass         int    `json:"pass"`
+	Admitted     bool   `json:"admitted"`
+	Skipped      string `json:"skipped,omitempty"`
+	Why          string `json:"why,omitempty"`
+	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
 }
 
 type explainedRule struct {
@@ -49,6 +94,12 @@ type explainedRule struct {
 	Shadow       bool   `json:"shadow,omitempty"`
 	Overridden   bool   `json:"overridden,omitempty"`
 	Source       string `json:"source"`
+	// Upstream is what the rule's upstream last reported it enforces, for
+	// a provider or model window of a minute; ConfiguredLimit the rule's
+	// configured limit when it differs from the one in force (adapt: true
+	// lowered it to the report).
+	Upstream        *upstreamReport `json:"upstream_reports,omitempty"`
+	ConfiguredLimit string          `json:"configured_limit,omitempty"`
 	// Quota and Arithmetic show how a token window of Bedrock's quota
 	// computed what it asks.
 	Quota      string      `json:"quota,omitempty"`
@@ -72,24 +123,56 @@ type explainPrice struct {
 	ReservedUSD              string `json:"reserved_usd"`
 }
 
-// explain answers what admission would decide for a request, rule by rule,
-// charging nothing.
+// explain answers what a request would get, target by target and rule
+// by rule, from the gateway's own admission run dry: charging nothing.
 func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 	var in explainInput
 	var errs []fieldError
 	if _, ok := decode(w, r, &in, &errs); !ok {
 		return
 	}
+	req, errs := h.explainRequest(in, errs)
+	if len(errs) > 0 {
+		invalid(w, errs)
+		return
+	}
+	if h.cfg.Explainer == nil {
+		writeError(w, http.StatusServiceUnavailable, "api_error", "explain needs the gateway's providers, which this process has not built", nil)
+		return
+	}
+	if err := h.cfg.Watcher.Load(r.Context()); err != nil {
+		h.storeFailed(w, err)
+		return
+	}
+	ex, err := h.cfg.Explainer.Explain(r.Context(), req)
+	switch {
+	case errors.Is(err, admission.ErrUnknownModel):
+		invalid(w, []fieldError{{Field: "model", Message: "the model " + req.Model + " is not served by this gateway"}})
+		return
+	case errors.Is(err, admission.ErrUnknownProvider):
+		invalid(w, []fieldError{{Field: "provider", Message: "no provider is named " + in.Provider}})
+		return
+	case errors.Is(err, ErrCannotExplain):
+		h.log.Error("explain failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "api_error", err.Error(), nil)
+		return
+	case err != nil:
+		h.storeFailed(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h.explained(r.Context(), req, ex))
+}
+
+// explainRequest is the admission request of an explain body, and what
+// is wrong with it.
+func (h *Handler) explainRequest(in explainInput, errs []fieldError) (admission.Request, []fieldError) {
 	if _, err := limiter.ParseUserPath(in.UserPath); err != nil {
 		errs = append(errs, fieldError{Field: "user_path", Message: err.Error()})
-	}
-	if in.Model != "" && in.Provider == "" {
-		errs = append(errs, fieldError{Field: "provider", Message: "a model is matched at a provider: give its instance name"})
 	}
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"input_tokens", in.InputTokens}, {"max_tokens", in.MaxTokens}} {
+	}{{"input_tokens", in.InputTokens}, {"max_tokens", in.MaxTokens}, {"n", in.N}} {
 		if f.v < 0 || f.v > limiter.MaxAmount {
 			errs = append(errs, fieldError{Field: f.name, Message: "a whole number from 0"})
 		}
@@ -98,68 +181,211 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		errs = append(errs, fieldError{Field: "tags", Message: err.Error()})
 	}
-	if len(errs) > 0 {
-		invalid(w, errs)
-		return
+	if in.Class != "" && h.cfg.Classes != nil && !slices.Contains(h.cfg.Classes, in.Class) {
+		errs = append(errs, fieldError{Field: "class", Message: "one of " + strings.Join(h.cfg.Classes, ", ")})
 	}
-	if err := h.cfg.Watcher.Load(r.Context()); err != nil {
-		h.storeFailed(w, err)
-		return
+	route := cmpOr(in.Route, "chat")
+	op, ok := providers.ParseOp(route)
+	if !ok {
+		errs = append(errs, fieldError{Field: "route", Message: "a route: chat, responses, messages, embeddings, generate, audio, batches, count_tokens, realtime or passthrough"})
 	}
+	if in.BatchRequest {
+		op = providers.OpBatches
+	}
+	model := in.Model
+	switch {
+	case op == providers.OpBatches && in.Provider == "":
+		errs = append(errs, fieldError{Field: "provider", Message: "a batch is submitted to a provider: give its name"})
+	case op == providers.OpBatches:
+		model = ""
+	case model == "":
+		errs = append(errs, fieldError{Field: "model", Message: "the model the request names: explain resolves it as the gateway does"})
+	case in.Provider != "":
+		model = in.Provider + "/" + model
+	}
+	req := admission.Request{
+		ID: "explain", Model: model, Provider: in.Provider, Op: op,
+		Caller:      admission.Caller{UserPath: in.UserPath, KeyID: in.Key, Tags: tags, Class: in.Class},
+		InputTokens: in.InputTokens, MaxTokens: in.MaxTokens, Choices: in.N,
+		UserPathOnly: op == providers.OpBatches, Free: op == providers.OpCountTokens,
+		NoOutput: op == providers.OpEmbeddings || op == providers.OpAudio, Session: op == providers.OpRealtime,
+	}
+	needs := admission.Needs{Tools: in.Tools, Vision: in.Vision, Audio: in.Audio, StructuredOutput: in.StructuredOutput}
+	req.Needs = func() admission.Needs { return needs }
+	return req, errs
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// explained is the answer of an explain: the decision, every target's
+// look, and the rules, price and learned estimate at the target that
+// decided.
+func (h *Handler) explained(ctx context.Context, req admission.Request, ex admission.Explanation) map[string]any {
+	st := ex.Step
+	dec := stepDecision(st, ex.Trace)
+	var targets []explainedTarget
+	var deciding *admission.Look
+	for i := range ex.Trace.Looks {
+		l := &ex.Trace.Looks[i]
+		et := explainedTarget{Target: targetName(l.Target), Pass: l.Pass, Admitted: l.Skip == nil}
+		if sk := l.Skip; sk != nil {
+			et.Skipped, et.Why = sk.Reason.String(), skipWhy(sk)
+			if sk.Retryable {
+				et.RetryAfterMS = retryMS(sk.Wait)
+			}
+		}
+		targets = append(targets, et)
+		if (l.Skip == nil && st.Kind == admission.Forward) || (st.Refusal != nil && l.Skip == st.Refusal) {
+			deciding = l
+		}
+	}
+	out := map[string]any{
+		"model":    req.Model,
+		"route":    map[string]any{"name": ex.Route.Name, "strategy": strategyName(ex.Route.Strategy), "targets": routeTargets(ex.Route)},
+		"decision": dec,
+		"targets":  targets,
+		"rules":    []explainedRule{},
+		"charged":  false,
+	}
+	if deciding == nil || deciding.Request.Subject.Provider == "" {
+		return out
+	}
+	lr := deciding.Request
+	rules := explainedRules(deciding.Rules, lr)
+	h.withUpstreamReports(ctx, rules, deciding.Rules, lr)
+	out["rules"] = rules
 	prices := h.cfg.Prices
 	if prices == nil {
 		prices = pricing.New(nil, nil)
 	}
-	price, from := prices.Lookup(in.Provider, in.Model)
-	route := in.Route
-	if route == "" {
-		route = "chat"
+	_, from := prices.Lookup(lr.Subject.Provider, lr.Subject.Model)
+	out["price"] = explainPrice{
+		InputUSDPerMillion:       limiter.FormatUSD(lr.Price.Input),
+		OutputUSDPerMillion:      limiter.FormatUSD(lr.Price.Output),
+		CachedInputUSDPerMillion: limiter.FormatUSD(lr.Price.CachedInput),
+		From:                     string(from),
+		ReservedUSD:              limiter.FormatUSD(lr.Price.Cost(limiter.Usage{InputTokens: lr.InputTokens, OutputTokens: lr.OutputTokens})),
 	}
+	out["reserved_output_tokens"] = lr.OutputTokens
 	var learned any
-	outTokens := in.MaxTokens
-	if h.cfg.Estimates != nil && in.Model != "" {
-		if est, ok := h.cfg.Estimates.OutputEstimate(r.Context(), route, in.Model, in.Key); ok {
-			reserve := max(est.P95, h.cfg.AdaptiveFloor)
-			learned = map[string]any{"route": route, "output_tokens_p95": est.P95, "samples": est.Samples, "per_key": est.PerKey,
-				"reserves_without_a_cap": reserve}
-			if outTokens == 0 {
-				outTokens = reserve
-			}
+	if h.cfg.Estimates != nil {
+		if est, ok := h.cfg.Estimates.OutputEstimate(ctx, req.Op.String(), lr.Subject.Model, req.Caller.KeyID); ok {
+			learned = map[string]any{"route": req.Op.String(), "output_tokens_p95": est.P95, "samples": est.Samples, "per_key": est.PerKey,
+				"reserves_without_a_cap": max(est.P95, h.cfg.AdaptiveFloor)}
 		}
 	}
-	burndown := int64(1)
-	if h.cfg.Burndown != nil && in.Provider != "" {
-		burndown = min(max(h.cfg.Burndown(in.Provider, in.Model), 1), limiter.MaxBurndown)
+	out["learned_estimate"] = learned
+	return out
+}
+
+// stepDecision is what the answer to a request whose admission ends with
+// st would say.
+func stepDecision(st admission.Step, tr admission.Trace) explainDecision {
+	out := explainDecision{WaitedMS: tr.Waited.Milliseconds(), ClampedTo: tr.ClampedTo}
+	switch st.Kind {
+	case admission.Forward:
+		d := decisionOf(st.Decision)
+		d.Target, d.WaitedMS, d.ClampedTo = targetName(st.Target), out.WaitedMS, out.ClampedTo
+		return d
+	case admission.Failed:
+		out.Status, out.Type, out.Message = http.StatusBadGateway, "server_error", "no target could serve the request"
+		return out
 	}
-	req := limiter.Request{
-		ID:             "explain",
-		Subject:        limiter.Subject{UserPath: in.UserPath, Provider: in.Provider, Model: in.Model, Key: in.Key, Tags: tags},
-		Route:          "explain",
-		InputTokens:    in.InputTokens,
-		OutputTokens:   outTokens,
-		OutputBurndown: burndown,
-		Price:          price,
-		UserPathOnly:   in.BatchRequest,
+	if len(st.Incompatible) > 0 {
+		d := skipDecision(st, out)
+		var why []string
+		for _, sk := range st.Incompatible {
+			why = append(why, targetName(sk.Target)+": "+sk.Why)
+		}
+		d.Decision = "no_compatible_target"
+		if st.Refusal == nil {
+			d.Status, d.Type, d.Message = http.StatusBadRequest, "invalid_request_error", "no target can take this request"
+		}
+		d.Message += "; no other target can take the request: " + strings.Join(why, "; ")
+		return d
 	}
-	ex, err := h.cfg.Limiter.Explain(r.Context(), h.cfg.Now(), req)
-	if err != nil {
-		h.storeFailed(w, err)
-		return
+	return skipDecision(st, out)
+}
+
+// skipDecision is what the answer of a refusal says.
+func skipDecision(st admission.Step, out explainDecision) explainDecision {
+	sk := st.Refusal
+	if sk == nil {
+		return out
 	}
-	out := map[string]any{
-		"decision": decisionOf(ex.Decision),
-		"rules":    explainedRules(ex.Rules, req),
-		"price": explainPrice{
-			InputUSDPerMillion:       limiter.FormatUSD(price.Input),
-			OutputUSDPerMillion:      limiter.FormatUSD(price.Output),
-			CachedInputUSDPerMillion: limiter.FormatUSD(price.CachedInput),
-			From:                     string(from),
-			ReservedUSD:              limiter.FormatUSD(price.Cost(limiter.Usage{InputTokens: in.InputTokens, OutputTokens: outTokens})),
-		},
-		"charged":          false,
-		"learned_estimate": learned,
+	retry := func() {
+		if sk.Retryable {
+			out.RetryAfterMS, out.Retryable = retryMS(sk.Wait), true
+		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	switch sk.Reason {
+	case admission.SkipRefused:
+		d := decisionOf(*sk.Decision)
+		d.WaitedMS, d.ClampedTo = out.WaitedMS, out.ClampedTo
+		return d
+	case admission.SkipPaused:
+		out.Status, out.Decision, out.Type, out.RuleID, out.Message = http.StatusServiceUnavailable, "paused", "overloaded_error", sk.Pause.ID(), skipWhy(sk)
+		retry()
+	default:
+		out.Status, out.Decision, out.Type, out.RuleID, out.Message = http.StatusTooManyRequests, "local_reject", "rate_limit_error",
+			"cooldown:"+targetName(sk.Target), skipWhy(sk)
+		retry()
+	}
+	return out
+}
+
+// skipWhy says why a target was skipped.
+func skipWhy(sk *admission.Skip) string {
+	switch sk.Reason {
+	case admission.SkipRefused:
+		return sk.Decision.Refused.Message()
+	case admission.SkipIncompatible, admission.SkipDowngrading:
+		return sk.Why
+	case admission.SkipPaused:
+		msg := "paused: " + sk.Pause.ID()
+		if sk.Pause.Reason != "" {
+			msg += " (" + sk.Pause.Reason + ")"
+		}
+		return msg
+	}
+	return "provider " + sk.Target.Provider.Name() + " asked to wait before more " + sk.Target.Model + " requests (an upstream 429)"
+}
+
+// retryMS is a wait in whole milliseconds, rounded up as the answer's
+// retry-after-ms is.
+func retryMS(d time.Duration) *int64 {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	return &ms
+}
+
+func targetName(t providers.Target) string {
+	if t.Provider == nil {
+		return ""
+	}
+	if t.Model == "" {
+		return t.Provider.Name()
+	}
+	return t.String()
+}
+
+func routeTargets(rt providers.Route) []string {
+	out := make([]string, 0, len(rt.Targets))
+	for _, t := range rt.Targets {
+		out = append(out, targetName(t))
+	}
+	return out
+}
+
+func strategyName(s providers.Strategy) string {
+	if s == providers.Weighted {
+		return "weighted"
+	}
+	return "failover"
 }
 
 func decisionOf(d limiter.Decision) explainDecision {
@@ -168,13 +394,13 @@ func decisionOf(d limiter.Decision) explainDecision {
 		out.Shadow = append(out.Shadow, refusalName(&d.Shadow[i]))
 	}
 	if r := d.Refused; r != nil {
-		out.Status, out.Type, out.Rule, out.Message, out.Retryable = http.StatusTooManyRequests, "rate_limit_error", refusalName(r), r.Message(), r.Retryable
+		out.Status, out.Decision, out.Type, out.Rule, out.RuleID, out.Message, out.Retryable = http.StatusTooManyRequests, "local_reject",
+			"rate_limit_error", refusalName(r), r.Rule.ID(), r.Message(), r.Retryable
 		if r.IsBudget() && !r.ReservedOnly {
 			out.Type = "insufficient_quota" // spent: a reserved-only refusal is a retryable rate limit
 		}
 		if r.Retryable {
-			ms := r.RetryAfter.Milliseconds()
-			out.RetryAfterMS = &ms
+			out.RetryAfterMS = retryMS(r.RetryAfter)
 		}
 	}
 	return out
@@ -205,8 +431,7 @@ func explainedRules(rules []limiter.ExplainedRule, req limiter.Request) []explai
 			WouldRefuse: e.WouldRefuse, Shadow: e.Rule.Shadow, Overridden: e.Overridden, Source: e.Rule.Source.String(),
 		}
 		if e.WouldRefuse && e.Retryable {
-			ms := e.RetryAfter.Milliseconds()
-			er.RetryAfterMS = &ms
+			er.RetryAfterMS = retryMS(e.RetryAfter)
 		}
 		if e.Rule.Quota != limiter.QuotaStandard {
 			er.Quota = e.Rule.Quota.String()
@@ -250,4 +475,66 @@ func tagsOf(v any) ([]limiter.Tag, error) {
 		return limiter.ParseTags(strings.Join(parts, ","))
 	}
 	return nil, errBadTags
+}
+
+// upstreamReport is what an upstream last reported of its limits.
+type upstreamReport struct {
+	LimitRequests     *int64 `json:"limit_requests,omitempty"`
+	LimitTokens       *int64 `json:"limit_tokens,omitempty"`
+	RemainingRequests *int64 `json:"remaining_requests,omitempty"`
+	RemainingTokens   *int64 `json:"remaining_tokens,omitempty"`
+	At                string `json:"at"`
+}
+
+// UpstreamReader reads what upstreams reported of their limits.
+type UpstreamReader interface {
+	UpstreamReports(ctx context.Context, keys []string) (map[string]limiter.UpstreamReport, error)
+}
+
+// withUpstreamReports adds, beside each provider or model rule of the
+// explained request's target, what its upstream reports it enforces, and
+// the configured limit where adapt lowered it.
+func (h *Handler) withUpstreamReports(ctx context.Context, out []explainedRule, rules []limiter.ExplainedRule, lr limiter.Request) {
+	if h.cfg.Upstream == nil {
+		return
+	}
+	p, m := lr.Subject.Provider, lr.Subject.Model
+	keys := []string{strings.ToLower(p + "/" + m), strings.ToLower(p) + "/*"}
+	reps, err := h.cfg.Upstream.UpstreamReports(ctx, keys)
+	if err != nil || len(reps) == 0 {
+		return
+	}
+	for i, e := range rules {
+		if i >= len(out) || !e.Rule.ReportedFor(p, m) {
+			continue
+		}
+		key := keys[0]
+		if e.Rule.Scope == limiter.ScopeProvider {
+			key = keys[1]
+		}
+		rep, ok := reps[key]
+		if !ok {
+			continue
+		}
+		out[i].Upstream = reportOf(rep)
+		for _, c := range h.cfg.ConfigRules {
+			if c.Key() == e.Rule.Key() && c.MaxRequests != e.Rule.MaxRequests && e.Kind == limiter.KindRequests {
+				out[i].ConfiguredLimit = itoa(c.MaxRequests)
+			}
+			if c.Key() == e.Rule.Key() && c.MaxTokens != e.Rule.MaxTokens && e.Kind == limiter.KindTokens {
+				out[i].ConfiguredLimit = itoa(c.MaxTokens)
+			}
+		}
+	}
+}
+
+func reportOf(rep limiter.UpstreamReport) *upstreamReport {
+	opt := func(v int64, least int64) *int64 {
+		if v < least {
+			return nil
+		}
+		return &v
+	}
+	return &upstreamReport{LimitRequests: opt(rep.LimitRequests, 1), LimitTokens: opt(rep.LimitTokens, 1),
+		RemainingRequests: opt(rep.RemainingRequests, 0), RemainingTokens: opt(rep.RemainingTokens, 0), At: rep.At.UTC().Format(time.RFC3339)}
 }

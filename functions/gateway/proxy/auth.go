@@ -158,7 +158,7 @@ func (h *Handler) lookUpKey(ctx context.Context, key string) (KeyInfo, error) {
 	}
 	var info KeyInfo
 	var answer error // no such key, or revoked: the store answered
-	err := h.storeCall(ctx, func(ctx context.Context) error {
+	err := h.adm.StoreCall(ctx, func(ctx context.Context) error {
 		var err error
 		info, err = h.cfg.Keys.Lookup(ctx, key)
 		if errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrRevokedKey) {

@@ -193,8 +193,13 @@ func setPolicyHeaders(h http.Header, d limiter.Decision) {
 // writeRefusal writes the 429 of a local refusal: a rate limit's, or a
 // budget's insufficient_quota.
 func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Decision) {
+	e, delay := refusalError(w.Header(), d)
+	writeError(w, proto, e, delay)
+}
+
+// refusalError is the error of a rule's refusal, its headers set on h.
+func refusalError(h http.Header, d limiter.Decision) (apiError, time.Duration) {
 	r := d.Refused
-	h := w.Header()
 	setRateHeaders(h, d)
 	setPolicyHeaders(h, d)
 	h.Set(headerDecision, DecisionLocalReject)
@@ -225,7 +230,7 @@ func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Dec
 	case r.IsBudget():
 		e.typ, e.code, e.reason = errInsufficientQuota, errInsufficientQuota, "BUDGET_EXHAUSTED"
 	}
-	writeError(w, proto, e, delay)
+	return e, delay
 }
 
 // setRetryAfter writes Retry-After in whole seconds rounded up, the exact
@@ -251,7 +256,12 @@ const DecisionPaused = "paused"
 // writePause writes the 503 of a paused scope, with its reason and, when
 // the pause has an end, the wait until it.
 func writePause(w http.ResponseWriter, proto providers.Protocol, p limiter.Pause, wait time.Duration) {
-	h := w.Header()
+	e, delay := pauseError(w.Header(), p, wait)
+	writeError(w, proto, e, delay)
+}
+
+// pauseError is the error of a pause, its headers set on h.
+func pauseError(h http.Header, p limiter.Pause, wait time.Duration) (apiError, time.Duration) {
 	h.Set(headerDecision, DecisionPaused)
 	h.Set(headerRule, p.ID())
 	subject := p.Subject
@@ -270,6 +280,6 @@ func writePause(w http.ResponseWriter, proto providers.Protocol, p limiter.Pause
 	} else {
 		h.Set(headerShouldRetry, "false")
 	}
-	writeError(w, proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: "paused",
-		message: msg, decision: DecisionPaused, reason: "PAUSED"}, delay)
+	return apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: "paused",
+		message: msg, decision: DecisionPaused, reason: "PAUSED"}, delay
 }

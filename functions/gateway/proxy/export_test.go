@@ -3,7 +3,7 @@ package proxy
 import "encoding/json"
 
 // CooldownEntries is how many cooldowns the handler caches.
-func CooldownEntries(h *Handler) int { return h.cool.Len() }
+func CooldownEntries(h *Handler) int { return h.adm.CooldownEntries() }
 
 // ParseChat and DecodeChat read a chat body the fast way and the
 // decoder's, for comparing them.

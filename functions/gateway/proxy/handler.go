@@ -12,15 +12,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"mime"
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/tollgate/tollgate/infra/lru"
+	"github.com/tollgate/tollgate/functions/gateway/admission"
 	"github.com/tollgate/tollgate/infra/metrics"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
@@ -54,17 +52,24 @@ type Config struct {
 	// CooldownCache is how long this instance trusts what it read (1 s);
 	// DefaultCooldown is the cooldown of a 429 that says nothing of when to
 	// come back (2 s).
-	Cooldowns       Cooldowns
+	Cooldowns admission.Cooldowns
+	// Upstream, when set, records what upstreams report of their limits.
+	Upstream        admission.UpstreamRecorder
 	CooldownCache   time.Duration
 	DefaultCooldown time.Duration
 	// Classes are the traffic classes and how long a request of each may
 	// wait out a refusal's exact Retry-After (once, jittered, never past
 	// the request's deadline) instead of being answered 429. Nil:
-	// DefaultClasses. DefaultClass is the class of a request that names
+	// admission.DefaultClasses. DefaultClass is the class of a request that names
 	// none and whose key fixes none; "" (the default) is no class, which
 	// waits for nothing: seed 000's immediate, exact 429.
 	Classes      map[string]time.Duration
 	DefaultClass string
+	// Fallbacks are the classes' policies for targets other than a
+	// request's first choice (any, the default; same_family; none), and
+	// Downgrades the downgrade rules: see package admission.
+	Fallbacks  map[string]admission.Fallback
+	Downgrades []admission.Downgrade
 	// ClampFloor, when positive, lets a request refused for its token
 	// reservation go with its output cap lowered to what the budget leaves,
 	// if that is at least ClampFloor (announced in
@@ -123,37 +128,23 @@ type Config struct {
 	// p95 (at least AdaptiveFloor) instead of DefaultMaxTokens, and with
 	// AdaptiveCapped one that sets a cap reserves it too, never above its
 	// cap. The settlement corrects the rest either way.
-	Estimates      Estimates
+	Estimates      admission.Estimates
 	AdaptiveFloor  int64
 	AdaptiveCapped bool
 
 	// Metrics receives what the gateway decides (nil: nothing).
 	Metrics metrics.Sink
 	// Observer receives the dashboard's and the report's counts of each
-	// decision and completion (nil: nothing); see Observer.
-	Observer Observer
+	// decision and completion (nil: nothing). It is called on the
+	// request's path, so it must not block: metrics.Stats adds to maps in
+	// memory and writes in the background.
+	Observer admission.Observer
 
 	// Pauses, when set, returns the pauses in force (the admin API's, kept
 	// fresh by Refresh): requests they match are refused with 503 and the
 	// pause's reason, a paused provider or model routed around.
 	Pauses func() []limiter.Pause
 }
-
-// Estimates gives learned output estimates.
-type Estimates interface {
-	OutputEstimate(ctx context.Context, route, model, key string) (Estimate, bool)
-}
-
-// Estimate is a learned p95 of output tokens and how many requests it
-// rests on; PerKey when it is the key's own, not its route's and model's.
-type Estimate struct {
-	P95     int64
-	Samples int64
-	PerKey  bool
-}
-
-// DefaultAdaptiveFloor is the least a learned reservation reserves.
-const DefaultAdaptiveFloor = 64
 
 // Sessions records the leases of Realtime sessions.
 type Sessions interface {
@@ -174,28 +165,6 @@ type SessionRecord struct {
 // ErrUnknownSession is TakeSession's answer for a session it does not hold.
 var ErrUnknownSession = errors.New("unknown realtime session")
 
-// The traffic classes a request can name in X-Tollgate-Class, most
-// urgent first.
-const (
-	ClassInteractive = "interactive"
-	ClassStandard    = "standard"
-	ClassBatch       = "batch"
-	ClassBackground  = "background"
-)
-
-// DefaultClasses are the classes and their longest waits when the
-// configuration sets none: 300ms, 2s, 20s, 60s.
-func DefaultClasses() map[string]time.Duration {
-	return map[string]time.Duration{
-		ClassInteractive: 300 * time.Millisecond, ClassStandard: 2 * time.Second,
-		ClassBatch: 20 * time.Second, ClassBackground: time.Minute,
-	}
-}
-
-// DefaultRealtimeMaxSession is how long a Realtime session holds its slot
-// unless ended: OpenAI's maximum session length.
-const DefaultRealtimeMaxSession = 30 * time.Minute
-
 // BatchRecorder records submitted batches.
 type BatchRecorder interface {
 	RecordBatch(ctx context.Context, b BatchRecord) error
@@ -210,33 +179,30 @@ type BatchRecord struct {
 	SubmittedAt  time.Time
 }
 
-// DefaultMaxOutputTokens caps an output reservation when neither the
-// configuration nor the model's known maximum says less.
-const DefaultMaxOutputTokens = 128_000
-
 // Handler is the gateway's http.Handler.
 type Handler struct {
-	cfg Config
-	log *slog.Logger
-	mux *http.ServeMux
-	// failOpenAdmits counts requests admitted unchecked because the store
-	// failed and the failure mode is open.
-	failOpenAdmits atomic.Int64
-	// shadowRefusals counts the refusals shadow rules would have made.
-	shadowRefusals atomic.Int64
-	cool           *cooldownCache
-	health         storeHealth    // whether the store answers in time
-	pending        sync.WaitGroup // completions retried after their answer
-	lat            latencies      // upstream answer times, for ramps
-	waits          waitBook       // what this instance promised to waiting requests
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	adm     *admission.Orchestrator // decides what each request gets
+	pending sync.WaitGroup          // completions retried after their answer
+	lat     latencies               // upstream answer times, for ramps
 }
+
+// Admission returns the orchestrator that decides the handler's
+// admissions, for /admin/explain in the same process.
+func (h *Handler) Admission() *admission.Orchestrator { return h.adm }
 
 // FailOpenAdmits returns how many requests were admitted without a limit
 // check because the store was unavailable (failure mode open).
-func (h *Handler) FailOpenAdmits() int64 { return h.failOpenAdmits.Load() }
+func (h *Handler) FailOpenAdmits() int64 { return h.adm.FailOpenAdmits() }
 
 // ShadowRefusals returns how many refusals shadow rules would have made.
-func (h *Handler) ShadowRefusals() int64 { return h.shadowRefusals.Load() }
+func (h *Handler) ShadowRefusals() int64 { return h.adm.ShadowRefusals() }
+
+// StoreStalled reports whether a store call on the request path timed out
+// within the last second and none has answered since.
+func (h *Handler) StoreStalled() bool { return h.adm.StoreStalled() }
 
 // New returns a Handler.
 func New(cfg Config) (*Handler, error) {
@@ -246,29 +212,14 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Estimator == nil {
 		cfg.Estimator = tokens.Heuristic{}
 	}
-	if cfg.Prices == nil {
-		cfg.Prices = pricing.New(nil, nil)
-	}
-	if cfg.DefaultMaxTokens <= 0 {
-		cfg.DefaultMaxTokens = 1024
-	}
 	if cfg.Classes == nil {
-		cfg.Classes = DefaultClasses()
+		cfg.Classes = admission.DefaultClasses()
 	}
 	if _, ok := cfg.Classes[cfg.DefaultClass]; !ok && cfg.DefaultClass != "" {
 		return nil, errors.New("proxy: DefaultClass names no class")
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Discard{}
-	}
-	if cfg.AdaptiveFloor <= 0 {
-		cfg.AdaptiveFloor = DefaultAdaptiveFloor
-	}
-	if cfg.RealtimeMaxSession <= 0 {
-		cfg.RealtimeMaxSession = DefaultRealtimeMaxSession
-	}
-	if cfg.MaxOutputTokens <= 0 {
-		cfg.MaxOutputTokens = DefaultMaxOutputTokens
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 10 << 20
@@ -279,6 +230,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = 30 * time.Second
 	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = admission.DefaultStoreTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -288,34 +242,30 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.NewID == nil {
 		cfg.NewID = randomID
 	}
-	if cfg.Rand == nil {
-		cfg.Rand = mrand.Float64
+	adm, err := admission.New(AdmissionConfig(cfg))
+	if err != nil {
+		return nil, err
 	}
-	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = DefaultStoreTimeout
-	}
-	if cfg.CooldownCache <= 0 {
-		cfg.CooldownCache = time.Second
-	}
-	if cfg.DefaultCooldown <= 0 {
-		cfg.DefaultCooldown = 2 * time.Second
-	}
-	if cfg.Sleep == nil {
-		cfg.Sleep = sleep
-	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), cool: lru.New[string, cooldownEntry](maxCooldownEntries)}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), adm: adm}
 	h.routes()
 	return h, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+// AdmissionConfig is the configuration of the orchestrator that decides
+// the admissions of a handler configured by cfg: the gateway's, and the
+// admin API's explain in a process of its own.
+func AdmissionConfig(cfg Config) admission.Config {
+	return admission.Config{
+		Limiter: cfg.Limiter, Catalog: cfg.Catalog, Prices: cfg.Prices,
+		Refresh: cfg.Refresh, Pauses: cfg.Pauses,
+		Cooldowns: cfg.Cooldowns, Upstream: cfg.Upstream, CooldownCache: cfg.CooldownCache, DefaultCooldown: cfg.DefaultCooldown,
+		Classes: cfg.Classes, Fallbacks: cfg.Fallbacks, Downgrades: cfg.Downgrades, ClampFloor: cfg.ClampFloor,
+		DefaultMaxTokens: cfg.DefaultMaxTokens, MaxOutputTokens: cfg.MaxOutputTokens,
+		Estimates: cfg.Estimates, AdaptiveFloor: cfg.AdaptiveFloor, AdaptiveCapped: cfg.AdaptiveCapped,
+		RealtimeMaxSession: cfg.RealtimeMaxSession, RealtimeSessionTokens: cfg.RealtimeSessionTokens,
+		FailOpen: cfg.FailOpen, StoreTimeout: cfg.StoreTimeout,
+		Observer: cfg.Observer, Metrics: cfg.Metrics, Logger: cfg.Logger,
+		Now: cfg.Now, Rand: cfg.Rand, Sleep: cfg.Sleep,
 	}
 }
 

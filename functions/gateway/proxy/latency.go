@@ -30,6 +30,10 @@ type latencies struct {
 	rings map[string]*latencyRing
 }
 
+// maxLatencyKeys bounds the providers and models whose answer times are
+// kept.
+const maxLatencyKeys = 4096
+
 func (l *latencies) record(key string, at time.Time, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -38,7 +42,7 @@ func (l *latencies) record(key string, at time.Time, d time.Duration) {
 	}
 	r := l.rings[key]
 	if r == nil {
-		if len(l.rings) >= maxCooldownEntries {
+		if len(l.rings) >= maxLatencyKeys {
 			return // model ids are the client's to choose: bounded
 		}
 		r = &latencyRing{}

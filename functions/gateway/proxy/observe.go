@@ -6,45 +6,6 @@ import (
 	"github.com/tollgate/tollgate/providers"
 )
 
-// Observer receives what the dashboard and the review report count of
-// the gateway's decisions (metrics.Stats is one; nil counts nothing):
-// each refusal, wait and upstream 429 by class, model and provider, and
-// what each completed request used against what each rule reserved for
-// it. It is called on the request's path, so it must not block:
-// metrics.Stats adds to maps in memory and writes in the background.
-type Observer interface {
-	Outcome(metrics.Outcome)
-	Completed(metrics.Completion)
-}
-
-// observeRefusal counts a rule's refusal of a request at target t.
-func (h *Handler) observeRefusal(ex *exchange, t providers.Target, d limiter.Decision) {
-	if h.cfg.Observer == nil || d.Refused == nil {
-		return
-	}
-	r := d.Refused
-	h.cfg.Observer.Outcome(metrics.Outcome{
-		Kind: metrics.OutcomeRefused, Class: ex.caller.Class, Model: t.Model, Provider: t.Provider.Name(),
-		Rule: r.Rule.ID(), ProviderRule: r.Scope() == limiter.ScopeProvider || r.Scope() == limiter.ScopeModel,
-		RetryAfter: r.RetryAfter, HasRetryAfter: r.Retryable,
-	})
-}
-
-// observeWait counts a request that waits out a refusal.
-func (h *Handler) observeWait(ex *exchange) {
-	if h.cfg.Observer != nil {
-		h.cfg.Observer.Outcome(metrics.Outcome{Kind: metrics.OutcomeWaited, Class: ex.caller.Class, Model: ex.model})
-	}
-}
-
-// observeUpstream429 counts a provider's 429 after admission.
-func (h *Handler) observeUpstream429(ex *exchange, t providers.Target, e *providers.Error) {
-	if h.cfg.Observer != nil {
-		h.cfg.Observer.Outcome(metrics.Outcome{Kind: metrics.OutcomeUpstream429, Class: ex.caller.Class, Model: t.Model, Provider: t.Provider.Name(),
-			RetryAfter: e.Limits.RetryAfter, HasRetryAfter: e.Limits.RetryAfter > 0})
-	}
-}
-
 // observeCompletion counts what a completed request used: by user path,
 // the prompt cache's headroom, and for each rule whose tokens or money
 // the lease reserved, that reservation against the use (what the

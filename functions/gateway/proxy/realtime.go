@@ -127,7 +127,7 @@ func (h *Handler) holdSession(ctx context.Context, ex *exchange, t providers.Tar
 		return false
 	}
 	if h.cfg.Sessions != nil {
-		sctx, cancel := h.storeContext(ctx)
+		sctx, cancel := h.adm.StoreContext(ctx)
 		err := h.cfg.Sessions.PutSession(sctx, SessionRecord{
 			Provider: t.Provider.Name(), ID: id, UserPath: ex.caller.UserPath, Lease: *lease})
 		cancel()
@@ -162,7 +162,7 @@ func (h *Handler) endSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var s SessionRecord
-	err := h.storeCall(r.Context(), func(ctx context.Context) (err error) {
+	err := h.adm.StoreCall(r.Context(), func(ctx context.Context) (err error) {
 		s, err = h.cfg.Sessions.TakeSession(ctx, id, caller.UserPath)
 		return err
 	})

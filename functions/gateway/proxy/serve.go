@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -11,10 +9,11 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/tollgate/tollgate/infra/metrics"
+	"github.com/tollgate/tollgate/functions/gateway/admission"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/providers"
 )
@@ -43,8 +42,6 @@ type exchange struct {
 	// generation limits): inputTokens is only what the upstream is told.
 	// Pauses still apply.
 	free bool
-	// reserveOut is the output reservation, set by serve.
-	reserveOut int64
 	// capField is the body field that carries the client's output cap.
 	capField string
 
@@ -64,300 +61,151 @@ func (ex *exchange) chargedInput() int64 {
 	return ex.inputTokens
 }
 
-// serve admits ex for the first target of its model with capacity,
-// forwards it, and records its usage. Targets whose provider or model rule
-// is exhausted, or that the provider asked to wait (a cooldown), are
-// skipped without being called; a user-path rule refuses outright, since
-// no other target can help. A refusal may then be answered by waiting a
-// short Retry-After once, or by clamping max_tokens, when the route is
-// configured for it.
+// serve asks admission what ex gets, step by step, and does it: forwards
+// it to the target that admitted it (reporting back how the upstream
+// answered, so that admission can fail over), or answers with the
+// refusal, the store's unavailability or the upstream's failure.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
-	var route providers.Route
-	if ex.route != nil {
-		route = *ex.route
-	} else {
-		var ok bool
-		if route, ok = h.cfg.Catalog.Resolve(ex.model); !ok {
-			writeError(w, ex.proto, apiError{status: http.StatusNotFound, typ: errTypeNotFound, code: errCodeModelNotFound, param: "model",
-				message: "the model `" + ex.model + "` does not exist or is not served by this gateway"}, 0)
-			return
-		}
-	}
-	h.refresh(r.Context())
-	reqID := h.cfg.NewID()
-	w.Header().Set("X-Request-Id", reqID)
+	ctx := r.Context()
 	if ex.header == nil {
 		ex.header = r.Header
 	}
-	ex.reserveOut = ex.maxTokens
-	if ex.reserveOut <= 0 {
-		ex.reserveOut = h.cfg.DefaultMaxTokens
-	}
-	if ex.userPathOnly || ex.noOutput || ex.free || ex.op == providers.OpEmbeddings {
-		ex.reserveOut = 0
-	}
-	if ex.session {
-		ex.reserveOut = h.cfg.RealtimeSessionTokens
-	}
 	ex.inputTokens = min(max(ex.inputTokens, 0), limiter.MaxAmount)
-	waited, clamped := false, false
-	for attempt := 0; ; attempt++ {
-		out := h.attempt(w, r, ex, route, reqID, attempt)
-		if out.done {
-			return
-		}
-		if out.skip == nil {
-			if out.failed != nil {
-				h.relayFailure(w, ex.proto, out.failed)
+	reqID := h.cfg.NewID()
+	adm, err := h.adm.Begin(ctx, h.admissionRequest(w, ex, reqID))
+	if err != nil {
+		writeError(w, ex.proto, apiError{status: http.StatusNotFound, typ: errTypeNotFound, code: errCodeModelNotFound, param: "model",
+			message: "the model `" + ex.model + "` does not exist or is not served by this gateway"}, 0)
+		return
+	}
+	w.Header().Set("X-Request-Id", reqID)
+	for {
+		st := adm.Next(ctx)
+		switch st.Kind {
+		case admission.Forward:
+			if st.DowngradedFrom != "" {
+				w.Header().Set(HeaderDowngradedFrom, st.DowngradedFrom)
+			} else {
+				w.Header().Del(HeaderDowngradedFrom)
+			}
+			limits, perr := h.forward(w, r, ex, st.Target, st.Decision, reqID)
+			if perr == errClientGone {
+				return
+			}
+			adm.Answered(ctx, st.Target, limits, perr)
+			if perr == nil {
+				return
+			}
+			continue
+		case admission.Refuse:
+			writeRefuse(w, ex.proto, st, ex.model, h.cfg.Now())
+		case admission.Unavailable:
+			writeError(w, ex.proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: errCodeServiceUnavailable,
+				message: "the gateway cannot check rate limits right now; nothing was sent upstream, try again shortly"}, time.Second)
+		case admission.Failed:
+			if st.Failure != nil {
+				h.relayFailure(w, ex.proto, st.Failure)
 			} else {
 				writeError(w, ex.proto, apiError{status: http.StatusBadGateway, typ: errTypeServer, code: errCodeUpstream,
 					message: "no target could serve the request"}, 0)
 			}
-			return
 		}
-		sk := out.skip
-		if !clamped && h.clamp(w, ex, sk) {
-			clamped = true
-			continue
-		}
-		if !waited && h.wait(r, ex, sk, reqID) {
-			waited = true
-			continue
-		}
-		sk.write(w, ex.proto, h.cfg.Now())
 		return
 	}
 }
 
-// outcome is how one pass over the targets ended: served (done), or
-// with the soonest-retryable skip, or with an upstream failure.
-type outcome struct {
-	done   bool
-	skip   *skip
-	failed *providers.Error
-}
-
-// skip is why a target was not called: a rule refused it, or its provider
-// asked to be left alone until a time (a cooldown).
-type skip struct {
-	wait      time.Duration
-	retryable bool
-	decision  *limiter.Decision
-	cooldown  *cooldown
-	pause     *limiter.Pause
-}
-
-type cooldown struct {
-	target providers.Target
-	until  time.Time
-}
-
-func (a *skip) sooner(b *skip) bool {
-	if a.retryable != b.retryable {
-		return a.retryable
+// admissionRequest is what admission needs of ex. Its Clamp lowers ex's
+// output cap where the upstream reads it, and announces it.
+func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID string) admission.Request {
+	return admission.Request{
+		ID: reqID, Model: ex.model, Route: ex.route, Op: ex.op,
+		Caller:      admission.Caller{UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, Class: ex.caller.Class},
+		InputTokens: ex.inputTokens, MaxTokens: ex.maxTokens, Choices: ex.choices,
+		UserPathOnly: ex.userPathOnly, NoOutput: ex.noOutput, Free: ex.free, Session: ex.session,
+		Needs: func() admission.Needs { return needsOf(ex.op, ex.body) },
+		Clamp: func(n int64) bool {
+			body, err := providers.SetModel(ex.body, "", map[string]any{ex.capFieldName(): n})
+			if err != nil {
+				return false
+			}
+			ex.body, ex.maxTokens = body, n
+			w.Header().Set(HeaderClamped, strconv.FormatInt(n, 10))
+			return true
+		},
 	}
-	return a.wait < b.wait
 }
 
-func (sk *skip) write(w http.ResponseWriter, proto providers.Protocol, now time.Time) {
-	if sk.decision != nil {
-		writeRefusal(w, proto, *sk.decision)
+// HeaderDowngradedFrom names, on an answer, the target ("provider/model")
+// a downgrade took the request from.
+const HeaderDowngradedFrom = "X-Tollgate-Downgraded-From"
+
+// HeaderClamped announces that the gateway lowered a request's output cap
+// to fit the token budget.
+const HeaderClamped = "X-Tollgate-Max-Tokens-Clamped"
+
+// capFieldName is the body member that carries ex's output cap.
+func (ex *exchange) capFieldName() string {
+	switch {
+	case ex.op == providers.OpResponses:
+		return "max_output_tokens"
+	case ex.capField != "":
+		return ex.capField
+	}
+	return "max_tokens"
+}
+
+// writeRefuse answers a Refuse step: with why the target admission
+// settled on was skipped (a rule's refusal, a pause, a cooldown), and
+// when other targets were skipped as incompatible, as
+// no_compatible_target with each one's reason.
+func writeRefuse(w http.ResponseWriter, proto providers.Protocol, st admission.Step, model string, now time.Time) {
+	sk := st.Refusal
+	if sk == nil {
+		w.Header().Set(headerDecision, DecisionNoCompatibleTarget)
+		writeError(w, proto, apiError{status: http.StatusBadRequest, typ: errTypeInvalidRequest, code: DecisionNoCompatibleTarget,
+			message:  "no target of `" + model + "` can take this request: " + incompatibleReasons(st.Incompatible),
+			decision: DecisionNoCompatibleTarget}, 0)
 		return
 	}
-	if sk.pause != nil {
-		writePause(w, proto, *sk.pause, sk.wait)
-		return
+	var e apiError
+	var delay time.Duration
+	switch sk.Reason {
+	case admission.SkipRefused:
+		e, delay = refusalError(w.Header(), *sk.Decision)
+	case admission.SkipPaused:
+		e, delay = pauseError(w.Header(), *sk.Pause, sk.Wait)
+	default:
+		e, delay = cooldownError(w.Header(), sk.Target, sk.Until, now)
 	}
-	writeCooldown(w, proto, sk.cooldown, now)
+	if len(st.Incompatible) > 0 {
+		e.decision = DecisionNoCompatibleTarget
+		e.message += "; no other target can take the request: " + incompatibleReasons(st.Incompatible)
+		w.Header().Set(headerDecision, DecisionNoCompatibleTarget)
+	}
+	writeError(w, proto, e, delay)
 }
 
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, ex *exchange, route providers.Route, reqID string, attempt int) outcome {
-	ctx := r.Context()
-	targets := h.order(route)
-	cooling := h.cooldownsOf(ctx, targets)
-	var best *skip
-	consider := func(sk *skip) {
-		if best == nil || sk.sooner(best) {
-			best = sk
-		}
-	}
-	var failed *providers.Error
-	for i, t := range targets {
-		now := h.cfg.Now()
-		if until, ok := cooling[cooldownKey(t)]; ok && until.After(now) {
-			h.log.Info("skipped: provider cooling down after a 429", "request_id", reqID, "provider", t.Provider.Name(),
-				"target_model", t.Model, "until", until, "next_target", true)
-			consider(&skip{wait: until.Sub(now), retryable: true, cooldown: &cooldown{target: t, until: until}})
-			continue
-		}
-		price, _ := h.cfg.Prices.Lookup(t.Provider.Name(), t.Model)
-		lr := limiter.Request{
-			ID: leaseID(reqID, attempt, i),
-			Subject: limiter.Subject{UserPath: ex.caller.UserPath, Provider: t.Provider.Name(), Model: t.Model,
-				Key: ex.caller.KeyID, Tags: ex.caller.Tags},
-			Route:          ex.op.String(),
-			InputTokens:    ex.chargedInput(),
-			OutputTokens:   h.reservation(ctx, ex, t.Model),
-			OutputBurndown: burndownOf(t),
-			Price:          price,
-			UserPathOnly:   ex.userPathOnly,
-			Class:          ex.caller.Class,
-		}
-		if ex.session {
-			lr.LeaseTTL = h.cfg.RealtimeMaxSession
-		}
-		if h.cfg.Pauses != nil {
-			if p, paused := limiter.Paused(h.cfg.Pauses(), now, lr.Subject); paused {
-				h.cfg.Metrics.Count(metrics.Refused, 1, "Rule", p.ID(), "Reason", "paused")
-				h.log.Info("refused: paused", "request_id", reqID, "user_path", ex.caller.UserPath, "provider", t.Provider.Name(),
-					"target_model", t.Model, "pause", p.ID(), "reason", p.Reason, "next_target", !p.Consumer())
-				sk := &skip{pause: &p, retryable: !p.Until.IsZero(), wait: p.Until.Sub(now)}
-				if p.Consumer() {
-					return outcome{skip: sk}
-				}
-				consider(sk)
-				continue
-			}
-		}
-		d, err := limiter.Decision{Allowed: true}, error(nil)
-		if !ex.free {
-			err = h.storeCall(ctx, func(ctx context.Context) (err error) {
-				d, err = h.cfg.Limiter.Admit(ctx, now, lr)
-				return err
-			})
-			h.cfg.Metrics.Observe(metrics.AdmissionLatency, float64(h.cfg.Now().Sub(now).Microseconds())/1000, "Milliseconds")
-		}
-		if err != nil {
-			h.cfg.Metrics.Count(metrics.StoreFailures, 1)
-			if !h.cfg.FailOpen {
-				h.log.Error("refused: limit store unavailable (failure mode closed)",
-					"request_id", reqID, "user_path", ex.caller.UserPath, "err", err)
-				writeError(w, ex.proto, apiError{status: http.StatusServiceUnavailable, typ: errTypeOverloaded, code: errCodeServiceUnavailable,
-					message: "the gateway cannot check rate limits right now; nothing was sent upstream, try again shortly"}, time.Second)
-				return outcome{done: true}
-			}
-			h.log.Warn("admitted without limits: limit store unavailable (failure mode open)",
-				"request_id", reqID, "user_path", ex.caller.UserPath, "provider", t.Provider.Name(), "err", err)
-			h.failOpenAdmits.Add(1)
-			h.cfg.Metrics.Count(metrics.FailOpenAdmissions, 1)
-			d = limiter.Decision{Allowed: true}
-		}
-		h.logShadow(reqID, ex, t, d)
-		if !d.Allowed {
-			h.logRefusal(reqID, ex, t, d)
-			sk := &skip{wait: d.Refused.RetryAfter, retryable: d.Refused.Retryable, decision: &d}
-			if consumerScope(d.Refused.Scope()) {
-				return outcome{skip: sk} // no other target can help
-			}
-			consider(sk)
-			continue
-		}
-		h.cfg.Metrics.Count(metrics.Admitted, 1, "Route", ex.op.String(), "Provider", t.Provider.Name())
-		for _, q := range []struct {
-			dim string
-			q   limiter.Quota
-		}{{"requests", d.Requests}, {"tokens", d.Tokens}} {
-			if q.q.IsSet() && q.q.Remaining*5 <= q.q.Limit {
-				h.cfg.Metrics.Count(metrics.NearLimit, 1, "Route", ex.op.String(), "Dimension", q.dim)
-			}
-		}
-		perr := h.forward(w, r, ex, t, d, reqID)
-		if perr == nil || perr == errClientGone {
-			return outcome{done: true}
-		}
-		if perr.RateLimited() {
-			h.cfg.Metrics.Count(metrics.UpstreamRateLimited, 1, "Provider", t.Provider.Name())
-			h.observeUpstream429(ex, t, perr)
-			h.coolDown(ctx, t, perr.Limits, "answered 429")
-		}
-		failed = perr
-		if !perr.Retryable() {
-			break
-		}
-	}
-	return outcome{skip: best, failed: failed}
-}
+// DecisionNoCompatibleTarget is x-tollgate-decision (and the error's
+// code) of a request whose first choice refused it and whose other
+// targets cannot take it.
+const DecisionNoCompatibleTarget = "no_compatible_target"
 
-// reservation is the output a request reserves at a target: its cap (or
-// the default), never more than the model can produce (or the configured
-// maximum), times the completions it asks for.
-func (h *Handler) reservation(ctx context.Context, ex *exchange, model string) int64 {
-	if ex.session {
-		return min(ex.reserveOut, limiter.MaxAmount) // a whole session's, not one answer's
-	}
-	out := min(ex.reserveOut, h.cfg.MaxOutputTokens)
-	if out > 0 && h.cfg.Estimates != nil && (ex.maxTokens <= 0 || h.cfg.AdaptiveCapped) {
-		var est Estimate
-		var ok bool
-		_ = h.storeCall(ctx, func(ctx context.Context) error {
-			est, ok = h.cfg.Estimates.OutputEstimate(ctx, ex.op.String(), model, ex.caller.KeyID)
-			return ctx.Err()
-		})
-		if ok {
-			out = max(est.P95, h.cfg.AdaptiveFloor)
-			if ex.maxTokens > 0 {
-				out = min(out, ex.maxTokens)
-			}
-			out = min(out, h.cfg.MaxOutputTokens)
+// incompatibleReasons names each incompatible target and why.
+func incompatibleReasons(skips []admission.Skip) string {
+	var b strings.Builder
+	for i, sk := range skips {
+		if i > 0 {
+			b.WriteString("; ")
 		}
+		b.WriteString(sk.Target.String() + ": " + sk.Why)
 	}
-	if m, ok := providers.MaxOutputTokens(model); ok {
-		out = min(out, m)
-	}
-	return min(limiter.SatMul(out, max(ex.choices, 1)), limiter.MaxAmount)
-}
-
-// burndownOf is how many quota tokens an output token of target t counts
-// for, for rules of Bedrock's quota: the provider's burndown, else 1.
-func burndownOf(t providers.Target) int64 {
-	if b, ok := t.Provider.(providers.Burndowner); ok {
-		return min(max(b.OutputBurndown(t.Model), 1), limiter.MaxBurndown)
-	}
-	return 1
-}
-
-// leaseID names the lease of one attempt at one target: the request id
-// made compact (its first 12 bytes, base64url), so that a slot, which
-// holds its lease's id, costs as little as it can.
-func leaseID(reqID string, attempt, target int) string {
-	id := reqID
-	if b, err := hex.DecodeString(reqID); err == nil && len(b) >= 12 {
-		id = base64.RawURLEncoding.EncodeToString(b[:12])
-	}
-	if len(id) > 40 {
-		id = id[:40]
-	}
-	return id + "." + strconv.Itoa(attempt) + "." + strconv.Itoa(target)
-}
-
-// order returns the targets in the order to try them: as configured for
-// failover, drawn by weight for a weighted alias.
-func (h *Handler) order(rt providers.Route) []providers.Target {
-	if rt.Strategy != providers.Weighted || len(rt.Targets) < 2 {
-		return rt.Targets
-	}
-	rest := slices.Clone(rt.Targets)
-	out := make([]providers.Target, 0, len(rest))
-	for len(rest) > 0 {
-		total := 0
-		for _, t := range rest {
-			total += t.Weight
-		}
-		x := h.cfg.Rand() * float64(total)
-		i := 0
-		for acc := float64(rest[0].Weight); i < len(rest)-1 && x >= acc; acc += float64(rest[i].Weight) {
-			i++
-		}
-		out = append(out, rest[i])
-		rest = slices.Delete(rest, i, i+1)
-	}
-	return out
+	return b.String()
 }
 
 // forward sends an admitted request to target t and records its usage. It
 // returns the provider's error when the upstream failed before anything
 // was written, so the caller can fail over.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, t providers.Target, d limiter.Decision, reqID string) *providers.Error {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, t providers.Target, d limiter.Decision, reqID string) (providers.UpstreamLimits, *providers.Error) {
 	start := h.cfg.Now()
 	hdr := w.Header()
 	setRateHeaders(hdr, d)
@@ -395,6 +243,39 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	if res.BatchID != "" && h.cfg.Batches != nil {
 		h.recordBatch(r.Context(), ex, t, res.BatchID, reqID)
 	}
+	used, perr := usageOf(ex, t, res, err, tw.wrote)
+	clientGone := r.Context().Err() != nil
+	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
+		h.complete(r.Context(), d.Lease, used, reqID)
+	}
+	if perr == nil {
+		h.observeCompletion(ex, t, d.Lease, used)
+	}
+	if perr == nil && !ex.stream && res.Status/100 == 2 {
+		took := h.cfg.Now().Sub(start)
+		h.lat.record(admission.CooldownKey(t), start, took)
+		h.lat.record(admission.ProviderKey(t), start, took)
+	}
+	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, start)
+	switch {
+	case perr != nil && clientGone:
+		// The client's own cancellation (or the function's deadline) is no
+		// failure of the upstream's, and nobody is left to fail over for.
+		h.log.Info("client went away before the answer", "request_id", reqID, "provider", t.Provider.Name(),
+			"err", r.Context().Err().Error())
+		return res.Limits, errClientGone
+	case perr != nil:
+		h.log.Warn("upstream failed before answering",
+			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
+	}
+	return res.Limits, perr
+}
+
+// usageOf is what a forwarded request used, and the provider's error
+// when the upstream failed before anything was written (the request can
+// then fail over): an upstream that answered with an error status used
+// nothing; one that timed out may have, so its reservation is kept.
+func usageOf(ex *exchange, t providers.Target, res providers.Result, err error, wrote bool) (limiter.Usage, *providers.Error) {
 	used := limiter.Usage{
 		InputTokens:       res.Usage.InputTokens,
 		OutputTokens:      res.Usage.OutputTokens,
@@ -408,37 +289,25 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		// The prompt went out whole even if the answer broke off.
 		used.InputTokens = ex.chargedInput()
 	}
+	if err == nil || wrote {
+		return used, nil
+	}
 	var perr *providers.Error
-	if err != nil && !tw.wrote {
-		if !errors.As(err, &perr) {
-			perr = &providers.Error{Provider: t.Provider.Name(), Err: err}
-		}
-		// An upstream that answered with an error status used nothing; one
-		// that timed out may have, so its reservation is kept.
-		used = limiter.Usage{Exact: perr.Status != 0}
+	if !errors.As(err, &perr) {
+		perr = &providers.Error{Provider: t.Provider.Name(), Err: err}
 	}
-	clientGone := r.Context().Err() != nil
-	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
-		h.complete(r.Context(), d.Lease, used, reqID)
-	}
-	if perr == nil {
-		h.observeCompletion(ex, t, d.Lease, used)
-	}
-	if perr == nil {
-		h.coolDownIfExhausted(r.Context(), t, res.Limits)
-		if !ex.stream && res.Status/100 == 2 {
-			took := h.cfg.Now().Sub(start)
-			h.lat.record(cooldownKey(t), start, took)
-			h.lat.record(providerKey(t), start, took)
-		}
-	}
-	status := res.Status
+	return limiter.Usage{Exact: perr.Status != 0}, perr
+}
+
+// logFinished writes the line of a finished request. Its attributes are
+// typed: the line is written on every request, and boxing its values
+// would cost an allocation each.
+func (h *Handler) logFinished(ctx context.Context, reqID string, ex *exchange, t providers.Target, status int, perr *providers.Error,
+	used limiter.Usage, clientGone bool, start time.Time) {
 	if perr != nil {
 		status = perr.Status
 	}
-	// Typed attributes: the line is written on every request, and boxing
-	// its values would cost an allocation each.
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "request finished",
+	h.log.LogAttrs(ctx, slog.LevelInfo, "request finished",
 		slog.String("request_id", reqID),
 		slog.String("user_path", ex.caller.UserPath),
 		slog.String("route", ex.op.String()),
@@ -456,18 +325,6 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		slog.Bool("client_gone", clientGone),
 		slog.Int64("duration_ms", h.cfg.Now().Sub(start).Milliseconds()),
 	)
-	switch {
-	case perr != nil && clientGone:
-		// The client's own cancellation (or the function's deadline) is no
-		// failure of the upstream's, and nobody is left to fail over for.
-		h.log.Info("client went away before the answer", "request_id", reqID, "provider", t.Provider.Name(),
-			"err", r.Context().Err().Error())
-		return errClientGone
-	case perr != nil:
-		h.log.Warn("upstream failed before answering",
-			"request_id", reqID, "provider", t.Provider.Name(), "status", perr.Status, "err", perr.Error(), "will_fail_over", perr.Retryable())
-	}
-	return perr
 }
 
 // errClientGone is forward's answer when the client left before the
@@ -519,7 +376,7 @@ func (h *Handler) retryCompletion(ctx context.Context, lease *limiter.Lease, use
 				"attempts", attempt, "expires_at", lease.ExpiresAt)
 			return
 		}
-		if sleep(ctx, wait) != nil {
+		if admission.Sleep(ctx, wait) != nil {
 			return
 		}
 		if err := h.cfg.Limiter.Complete(ctx, h.cfg.Now(), lease, used); err == nil {
@@ -607,64 +464,13 @@ func (r *renewal) stop() {
 // recorded still runs, uncharged: the error is logged for an operator.
 func (h *Handler) recordBatch(ctx context.Context, ex *exchange, t providers.Target, id, reqID string) {
 	b := BatchRecord{Provider: t.Provider.Name(), ID: id, UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, SubmittedAt: h.cfg.Now()}
-	rctx, cancel := h.storeContext(ctx)
+	rctx, cancel := h.adm.StoreContext(ctx)
 	defer cancel()
 	if err := h.cfg.Batches.RecordBatch(rctx, b); err != nil {
 		h.log.Error("could not record a submitted batch; its usage will not be charged", "request_id", reqID, "provider", b.Provider, "batch", id, "err", err)
 		return
 	}
 	h.log.Info("batch recorded for charging when it ends", "request_id", reqID, "provider", b.Provider, "batch", id, "user_path", b.UserPath)
-}
-
-// consumerScope reports whether a rule of scope s limits the caller, so
-// that no other target can help a request it refuses.
-func consumerScope(s limiter.Scope) bool {
-	return s == limiter.ScopeUserPath || s == limiter.ScopeTag || s == limiter.ScopeKey
-}
-
-// logShadow logs and counts the refusals shadow rules would have made.
-func (h *Handler) logShadow(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {
-	for i := range d.Shadow {
-		r := &d.Shadow[i]
-		h.shadowRefusals.Add(1)
-		h.log.Info("shadow rule would have refused",
-			"request_id", reqID,
-			"user_path", ex.caller.UserPath,
-			"provider", t.Provider.Name(),
-			"target_model", t.Model,
-			"rule", ruleName(r),
-			"dimension", r.Kind.String(),
-			"limit", r.Limit,
-			"asked", r.Amount,
-			"retry_after_ms", r.RetryAfter.Milliseconds(),
-			"admitted", d.Allowed,
-		)
-	}
-}
-
-func (h *Handler) logRefusal(reqID string, ex *exchange, t providers.Target, d limiter.Decision) {
-	r := d.Refused
-	reason := "rate_limit"
-	if r.IsBudget() {
-		reason = "budget"
-	}
-	h.cfg.Metrics.Count(metrics.Refused, 1, "Rule", ruleName(r), "Reason", reason)
-	h.observeRefusal(ex, t, d)
-	h.log.Info("refused",
-		"request_id", reqID,
-		"user_path", ex.caller.UserPath,
-		"route", ex.op.String(),
-		"model", ex.model,
-		"provider", t.Provider.Name(),
-		"target_model", t.Model,
-		"rule", ruleName(r),
-		"dimension", r.Kind.String(),
-		"limit", r.Limit,
-		"asked", r.Amount,
-		"retry_after_ms", r.RetryAfter.Milliseconds(),
-		"retryable", r.Retryable,
-		"next_target", !consumerScope(r.Scope()),
-	)
 }
 
 // relayFailure answers with an upstream failure when no target served.

@@ -62,10 +62,10 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	h.refresh(r.Context())
+	h.adm.Refresh(r.Context())
 	now := h.cfg.Now()
 	var us []limiter.RuleUsage
-	err := h.storeCall(r.Context(), func(ctx context.Context) (err error) {
+	err := h.adm.StoreCall(r.Context(), func(ctx context.Context) (err error) {
 		us, err = h.cfg.Limiter.Usage(ctx, now, limiter.Subject{UserPath: caller.UserPath, Key: caller.KeyID, Tags: caller.Tags})
 		return err
 	})

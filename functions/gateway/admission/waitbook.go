@@ -1,4 +1,4 @@
-package proxy
+package admission
 
 import (
 	"sync"
@@ -42,8 +42,9 @@ type waitClaim struct {
 // already waiting on it. It returns how long to wait and the function
 // that gives the promise back (when the request tries again), or false
 // when the room comes too late (or not at all: a counter whose room
-// cannot be known waits one request at a time).
-func (b *waitBook) claim(now time.Time, ref *limiter.Refusal, bound time.Duration) (time.Duration, func(), bool) {
+// cannot be known waits one request at a time). With record false it
+// only answers (a dry run): nothing is promised.
+func (b *waitBook) claim(now time.Time, ref *limiter.Refusal, bound time.Duration, record bool) (time.Duration, func(), bool) {
 	key := string(ref.Rule.Key()) + "|" + ref.Child + "|" + ref.Kind.String()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -79,6 +80,9 @@ func (b *waitBook) claim(now time.Time, ref *limiter.Refusal, bound time.Duratio
 			}
 		}
 		wait = hi
+	}
+	if !record {
+		return wait, func() {}, true
 	}
 	b.seq++
 	id := b.seq

@@ -1,4 +1,4 @@
-package proxy
+package admission
 
 import (
 	"context"
@@ -18,10 +18,6 @@ import (
 // after a timeout the gateway does not wait on it at all, but for one
 // probe at a time, so that during an outage only the probes wait and
 // every other request is answered at once (TestStoreThatNeverAnswers).
-
-// DefaultStoreTimeout is the deadline of each store call on a request's
-// path when the configuration sets none.
-const DefaultStoreTimeout = 2 * time.Second
 
 // storeCooldown is how long after a store call timed out the others skip
 // the store, while one probe tries it.
@@ -61,14 +57,14 @@ func (s *storeHealth) note(now time.Time, err error) {
 	}
 }
 
-// storeCall runs one store call on the request's path with the store
+// StoreCall runs one store call on the request's path with the store
 // deadline. While the store is stalled (and another call probes it) the
 // call runs with its deadline already passed: what needs the store fails
 // at once, by the failure mode; what does not (an admission no rule
 // matches, a key in the cache) goes on as usual.
-func (h *Handler) storeCall(ctx context.Context, call func(ctx context.Context) error) error {
-	timeout, probing := h.cfg.StoreTimeout, true
-	if h.health.skip(time.Now()) {
+func (o *Orchestrator) StoreCall(ctx context.Context, call func(ctx context.Context) error) error {
+	timeout, probing := o.cfg.StoreTimeout, true
+	if o.health.skip(time.Now()) {
 		timeout, probing = 0, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -81,33 +77,33 @@ func (h *Handler) storeCall(ctx context.Context, call func(ctx context.Context) 
 		err = errors.Join(err, context.DeadlineExceeded)
 	}
 	if probing {
-		h.health.note(time.Now(), err)
+		o.health.note(time.Now(), err)
 	}
 	return err
 }
 
-// storeContext is a detached context with the store deadline, for writes
+// StoreContext is a detached context with the store deadline, for writes
 // that must happen even when the client has gone (cooldowns, sessions,
 // batch records).
-func (h *Handler) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StoreTimeout)
+func (o *Orchestrator) StoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), o.cfg.StoreTimeout)
 }
 
-// refresh brings the rules and pauses up to date within the store
+// Refresh brings the rules and pauses up to date within the store
 // deadline (Config.Refresh); a refresh that fails keeps those in force.
-func (h *Handler) refresh(ctx context.Context) {
-	if h.cfg.Refresh == nil {
+func (o *Orchestrator) Refresh(ctx context.Context) {
+	if o.cfg.Refresh == nil {
 		return
 	}
-	_ = h.storeCall(ctx, func(ctx context.Context) error {
-		h.cfg.Refresh(ctx, h.cfg.Now()) // logs its own failure
+	_ = o.StoreCall(ctx, func(ctx context.Context) error {
+		o.cfg.Refresh(ctx, o.cfg.Now()) // logs its own failure
 		return ctx.Err()
 	})
 }
 
 // StoreStalled reports whether a store call on the request path timed out
 // within the last second and none has answered since.
-func (h *Handler) StoreStalled() bool {
-	last := h.health.stalled.Load()
+func (o *Orchestrator) StoreStalled() bool {
+	last := o.health.stalled.Load()
 	return last != 0 && time.Now().UnixNano()-last < int64(storeCooldown)
 }
