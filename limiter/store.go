@@ -300,10 +300,27 @@ func (u Usage) Clamped() Usage {
 type Settlement struct {
 	Lease *Lease
 	Used  Usage
+	// Position is where the settlement was read, when it was read from an
+	// ordered log of completions (a stream shard); zero otherwise.
+	Position Position
 	// Applied is set by Store.Settle on the settlements it applied in
 	// that call (not those applied before, nor those with nothing to
 	// correct): what is learned from a settlement is learned once.
 	Applied bool
+}
+
+// Position is a settlement's place in an ordered log of completions, in
+// which each lease completes once. A store may settle a log's settlements
+// exactly once by remembering how far along the log it has applied them,
+// instead of remembering every lease: so a caller passes a log's
+// settlements in the log's order, and one it passed that was not applied
+// again, with every one after it, before any later one (the reconciler
+// does: it applies the records after its checkpoint in order, and commits
+// the checkpoint only after they were applied). Settlements without a
+// position are settled once per lease id.
+type Position struct {
+	Log   string // names the log; "" for no position
+	Order string // the place in the log; places compare as strings
 }
 
 // Store keeps counters and leases. Implementations live in infra/; every one

@@ -15,68 +15,72 @@ import (
 // over its whole life, on DynamoDB Local, with the rules of the cost example
 // (docs/operations/cost.md): a team with requests and tokens per minute and a
 // concurrency limit, and a provider with requests and tokens per minute
-// (five counters, one of them a slot, and a lease). Phases:
+// (five counters, one of them a slot). Phases:
 //
-//	admit    charging the counters and writing the lease
-//	complete moving the lease to completed and releasing the slot
+//	admit    charging the counters (the slot is one of them)
+//	complete giving the slot back and writing the lease's record
 //	settle   the reconciler correcting the token reservations
 //
-// Reported per request, for each phase and in total: WCU (standard table
-// writes), idxWCU (the expiry index), txItems (items written by
-// transactions, 2 write units each on AWS), RRU (read units AWS bills)
-// and calls; and billed-WRU, the write request units AWS bills. docs/operations/cost.md
-// turns these into dollars. ns/op is one whole iteration (n
-// requests through the three phases), so the benchmark runs once.
+// Two cases: in-flight-1, each request completed before the next (the
+// team's concurrency rule of 50 holds one slot); at-limit-200, a
+// concurrency rule of 200 with its 199 other slots held throughout, so
+// every slot write weighs a full gauge.
+//
+// Reported per request, for each phase and in total: WRU (the write
+// request units AWS bills: standard writes, index writes, and 2 per
+// transactional item), WCU (standard table writes), idxWCU (index
+// writes), txItems (items written by transactions), RRU (read units AWS
+// bills) and calls. docs/operations/cost.md turns these into dollars. ns/op
+// is one whole iteration (n requests through the three phases), so the
+// benchmark runs once.
 func BenchmarkRequestCost(b *testing.B) {
+	b.Run("in-flight-1", func(b *testing.B) { benchmarkRequestCost(b, costRules(50), 0) })
+	b.Run("at-limit-200", func(b *testing.B) { benchmarkRequestCost(b, costRules(200), 199) })
+}
+
+func benchmarkRequestCost(b *testing.B, rules []limiter.Rule, held int) {
 	const n = 2000
-	rules := costRules()
 	var admit, complete, settle dynamostore.Stats
 	for b.Loop() {
 		f := newReconcileFixture(b, rules...)
 		now := time.Now().Truncate(time.Minute)
 		ctx := context.Background()
-		// Requests overlap as they would: 20 in flight (the slot gauge
-		// holds 20 entries), each completed once 20 later ones started.
-		var inFlight []*limiter.Lease
-		done := 0
-		completeOne := func() {
-			l := inFlight[0]
-			inFlight = inFlight[1:]
-			s := f.store.Stats()
-			if err := f.limiter.Complete(ctx, now, l, limiter.Usage{InputTokens: 90 + int64(done%20), OutputTokens: int64(done % 400), Exact: true}); err != nil {
-				b.Fatal(err)
+		req := func(id string) limiter.Request {
+			return limiter.Request{
+				ID:      id,
+				Subject: limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
+				Route:   "chat", InputTokens: 100, OutputTokens: 300,
 			}
-			complete = addStats(complete, subStats(f.store.Stats(), s))
-			done++
+		}
+		// The other requests in flight, holding their slots throughout.
+		for i := range held {
+			if d, err := f.limiter.Admit(ctx, now, req("held-"+strconv.Itoa(i))); err != nil || !d.Allowed {
+				b.Fatal(err, d.Refused)
+			}
 		}
 		for i := range n {
 			s := f.store.Stats()
-			d, err := f.limiter.Admit(ctx, now, limiter.Request{
-				ID:      "cost-" + strconv.Itoa(i),
-				Subject: limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
-				Route:   "chat", InputTokens: 100, OutputTokens: 300,
-			})
+			d, err := f.limiter.Admit(ctx, now, req("cost-"+strconv.Itoa(i)))
 			if err != nil || !d.Allowed {
 				b.Fatal(err, d.Refused)
 			}
-			admit = addStats(admit, subStats(f.store.Stats(), s))
-			inFlight = append(inFlight, d.Lease)
-			if len(inFlight) == 20 {
-				completeOne()
+			s2 := f.store.Stats()
+			admit = addStats(admit, subStats(s2, s))
+			if err := f.limiter.Complete(ctx, now, d.Lease, limiter.Usage{InputTokens: 90 + int64(i%20), OutputTokens: int64(i % 400), Exact: true}); err != nil {
+				b.Fatal(err)
 			}
+			complete = addStats(complete, subStats(f.store.Stats(), s2))
 		}
-		for len(inFlight) > 0 {
-			completeOne()
-		}
-		s2 := f.store.Stats()
+		s := f.store.Stats()
 		rep, err := f.reconciler(b, func() time.Time { return now }).Run(ctx)
-		if err != nil || rep.Completed != n {
-			b.Fatalf("reconciled %d of %d: %v", rep.Completed, n, err)
+		if err != nil || rep.Completed != n || rep.Duplicates != 0 {
+			b.Fatalf("reconciled %d of %d (%d duplicates): %v", rep.Completed, n, rep.Duplicates, err)
 		}
-		settle = addStats(settle, subStats(f.store.Stats(), s2))
+		settle = addStats(settle, subStats(f.store.Stats(), s))
 	}
 	per := float64(n * b.N)
 	report := func(phase string, s dynamostore.Stats) {
+		b.ReportMetric(s.BilledWRU()/per, phase+"-WRU/req")
 		b.ReportMetric(s.WCU/per, phase+"-WCU/req")
 		b.ReportMetric(s.IndexWCU/per, phase+"-idxWCU/req")
 		b.ReportMetric(float64(s.TransactItems)/per, phase+"-txItems/req")
@@ -100,7 +104,7 @@ func BenchmarkRequestCost(b *testing.B) {
 // of admission, completion and their sum, in milliseconds (ns/op is one
 // whole iteration of 200 requests).
 func BenchmarkRequestStoreTime(b *testing.B) {
-	rules := costRules()
+	rules := costRules(50)
 	const rtt = 5 * time.Millisecond
 	var admit, complete, both []time.Duration
 	for b.Loop() {
@@ -150,10 +154,12 @@ func BenchmarkRequestStoreTime(b *testing.B) {
 	b.ReportMetric(ms(pct(both, 0.99)), "store-p99-ms")
 }
 
-func costRules() []limiter.Rule {
+// costRules are the cost example's rules, the team's concurrency limit
+// being concurrent.
+func costRules(concurrent int64) []limiter.Rule {
 	return []limiter.Rule{
 		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40}},
-		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Gauge{MaxInFlight: 50}},
+		{Scope: limiter.ScopeUserPath, Subject: "/team", Limit: limiter.Gauge{MaxInFlight: concurrent}},
 		{Scope: limiter.ScopeProvider, Subject: "openai", Limit: limiter.Window{Period: time.Minute, MaxRequests: 1 << 30, MaxTokens: 1 << 40}},
 	}
 }
@@ -162,6 +168,7 @@ func subStats(a, b dynamostore.Stats) dynamostore.Stats {
 	return dynamostore.Stats{
 		RoundTrips: a.RoundTrips - b.RoundTrips, WCU: a.WCU - b.WCU, IndexWCU: a.IndexWCU - b.IndexWCU,
 		RCU: a.RCU - b.RCU, ItemReads: a.ItemReads - b.ItemReads, TransactItems: a.TransactItems - b.TransactItems,
+		EventualItemReads: a.EventualItemReads - b.EventualItemReads,
 	}
 }
 
@@ -169,5 +176,6 @@ func addStats(a, b dynamostore.Stats) dynamostore.Stats {
 	return dynamostore.Stats{
 		RoundTrips: a.RoundTrips + b.RoundTrips, WCU: a.WCU + b.WCU, IndexWCU: a.IndexWCU + b.IndexWCU,
 		RCU: a.RCU + b.RCU, ItemReads: a.ItemReads + b.ItemReads, TransactItems: a.TransactItems + b.TransactItems,
+		EventualItemReads: a.EventualItemReads + b.EventualItemReads,
 	}
 }

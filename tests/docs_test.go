@@ -332,6 +332,22 @@ func TestDocsListEveryRoute(t *testing.T) {
 	sameSets(t, "route", "the admin API's ServeMux", "docs/reference/admin-api.md", admin, documentedRoutes(t, "docs/reference/admin-api.md"))
 }
 
+// TestDocsListEveryTemplateParameter checks the parameter table of
+// docs/operations/deploy.md against template.yaml's parameters.
+func TestDocsListEveryTemplateParameter(t *testing.T) {
+	inTemplate := map[string]bool{}
+	for name := range get(cfn(t, "../template.yaml"), "Parameters").(map[string]any) {
+		inTemplate[name] = true
+	}
+	inDoc := map[string]bool{}
+	for _, c := range firstColumn(t, "docs/operations/deploy.md") {
+		if regexp.MustCompile(`^[A-Z][A-Za-z]+$`).MatchString(c) {
+			inDoc[c] = true
+		}
+	}
+	sameSets(t, "parameter", "template.yaml", "docs/operations/deploy.md", inTemplate, inDoc)
+}
+
 // TestDocsListEveryBenchmark checks that docs/benchmarks.md names every
 // benchmark of the repository ("BenchmarkCount*" covers every benchmark
 // whose name starts so); TestDocsNameRealTests checks the other way.

@@ -181,9 +181,28 @@ func splitPrelude(t *testing.T, b []byte) (status int, headers map[string][]stri
 	return p.StatusCode, p.MultiValueHeaders, b[i+8:]
 }
 
+// splitURLPrelude splits a streamed function URL answer: its prelude holds
+// one value per header name.
+func splitURLPrelude(t *testing.T, b []byte) (status int, headers map[string]string, body []byte) {
+	t.Helper()
+	i := bytes.Index(b, make([]byte, 8))
+	if i < 0 {
+		t.Fatalf("no prelude delimiter in %q", b)
+	}
+	var p struct {
+		StatusCode int               `json:"statusCode"`
+		Headers    map[string]string `json:"headers"`
+	}
+	if err := json.Unmarshal(b[:i], &p); err != nil {
+		t.Fatalf("prelude %q: %v", b[:i], err)
+	}
+	return p.StatusCode, p.Headers, b[i+8:]
+}
+
 // The gateway binary as a Lambda function behind API Gateway's REST API
-// with response streaming: a recorded event goes through the Runtime API
-// stand-in, and the SSE chunks arrive one by one, not buffered whole.
+// with response streaming, and behind a function URL: a recorded event of
+// each goes through the Runtime API stand-in, and the SSE chunks arrive
+// one by one, not buffered whole.
 func TestGatewayLambdaStreaming(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
 	up := newUpstream(t, replaySSE(t, "openai_chat_stream.sse", 40*time.Millisecond))
@@ -222,6 +241,31 @@ func TestGatewayLambdaStreaming(t *testing.T) {
 		t.Fatalf("%d chunks over %v: the answer was buffered", len(inv.chunks), spread)
 	}
 	if up.calls.Load() != 1 {
+		t.Fatalf("upstream called %d times", up.calls.Load())
+	}
+
+	// The same stream through a Lambda function URL (FrontDoor=FunctionUrl,
+	// invoke mode RESPONSE_STREAM): a recorded event of its own shape, its
+	// own prelude, the chunks again one by one.
+	inv = rt.invoke(t, fixture(t, "lambda_url_chat_stream.json"))
+	if inv.contentType != "application/vnd.awslambda.http-integration-response" {
+		t.Fatalf("response content type %q: not a streamed function URL answer\n%s", inv.contentType, logs)
+	}
+	status, single, body := splitURLPrelude(t, inv.body.Bytes())
+	if status != 200 || !strings.HasPrefix(single["Content-Type"], "text/event-stream") || single["X-Ratelimit-Limit-Requests"] != "100" {
+		t.Fatalf("function URL: status %d headers %v\n%s", status, single, logs)
+	}
+	if !bytes.Contains(body, []byte(`"content":" help"`)) || !bytes.HasSuffix(bytes.TrimSpace(body), []byte("data: [DONE]")) {
+		t.Fatalf("function URL body %s", body)
+	}
+	spread = spread[:0]
+	for _, c := range inv.chunks[1:] {
+		spread = append(spread, c.at.Sub(inv.chunks[0].at))
+	}
+	if len(inv.chunks) < 5 || spread[len(spread)-1] < 200*time.Millisecond {
+		t.Fatalf("function URL: %d chunks over %v: the answer was buffered", len(inv.chunks), spread)
+	}
+	if up.calls.Load() != 2 {
 		t.Fatalf("upstream called %d times", up.calls.Load())
 	}
 

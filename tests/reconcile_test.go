@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,6 +245,10 @@ func TestReconcileStoppedBeforeCheckpoint(t *testing.T) {
 	checkCounters(t, f.read(t, now, tokenRules), want)
 }
 
+// A request whose process dies holds its slot until its lease expires,
+// and from then on nothing counts it: its gauge entry carries the expiry,
+// so no sweep is needed (the reconciler finds none to do). Its
+// reservation stays charged, and nothing is settled for it.
 func TestReconcileDeadProcess(t *testing.T) {
 	f := newReconcileFixture(t, tokenRules...)
 	ctx := context.Background()
@@ -260,64 +265,71 @@ func TestReconcileDeadProcess(t *testing.T) {
 	if got := f.read(t, now.Add(9*time.Minute), tokenRules)["user_path:/team:c/fly"]; got != 1 {
 		t.Fatalf("slot before expiry: %d in flight, want 1", got)
 	}
-	// ...and free after one reconciler run past expiry; the reservation
-	// stays charged.
-	after := now.Add(10*time.Minute + time.Second)
+	// ...and free from then on; the reservation stays charged.
+	after := now.Add(10 * time.Minute)
+	if got := f.read(t, after, tokenRules)["user_path:/team:c/fly"]; got != 0 {
+		t.Fatalf("slot still held at the lease's expiry: %d", got)
+	}
+	if got := f.read(t, now, tokenRules); got["user_path:/team:60/tok"] != 500 || got["model:openai/gpt-4o:60/out"] != 400 {
+		t.Fatalf("reservation not kept: %v", got)
+	}
+	// The reconciler has nothing to sweep and nothing to settle.
 	rep, err := f.reconciler(t, func() time.Time { return after }).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Swept != 1 {
-		t.Fatalf("run swept %d expired leases, want 1", rep.Swept)
-	}
-	got := f.read(t, now, tokenRules)
-	if got["user_path:/team:c/fly"] != 0 {
-		t.Fatalf("slot still held after lease expiry + one run: %d", got["user_path:/team:c/fly"])
-	}
-	if got["user_path:/team:60/tok"] != 500 || got["model:openai/gpt-4o:60/out"] != 400 {
-		t.Fatalf("reservation not kept: %v", got)
-	}
-	// The stream shows the expiry, which settles nothing.
-	rep, err = f.reconciler(t, func() time.Time { return after }).Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Settled != 0 || got["user_path:/team:60/tok"] != 500 {
-		t.Fatalf("second run settled %d", rep.Settled)
+	if rep.Swept != 0 || rep.Read != 0 || rep.Settled != 0 {
+		t.Fatalf("run: %+v, want nothing read, swept or settled", rep)
 	}
 }
 
-// A lease deleted while active (TTL collected it before any sweep) has its
-// slot released exactly once from the stream's removal record.
-func TestReconcileRemovedActiveLease(t *testing.T) {
+// A completion whose slot could not be given back (the store failed just
+// then) says so in its record, and the reconciler gives the slot back
+// from it, once however often the record is read: the slot is not left to
+// the lease's expiry.
+func TestReconcileReleasesWhatCompletionCouldNot(t *testing.T) {
 	f := newReconcileFixture(t, tokenRules...)
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Hour).Add(5 * time.Second)
+	failing, err := dynamostore.New(dynamostore.Options{API: noRelease{f.db}, TablePrefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := f.limiter.Admit(ctx, now, limiter.Request{
-		ID: f.prefix + "ttl-removed", Subject: limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
+		ID: f.prefix + "unreleased", Subject: limiter.Subject{UserPath: "/team/app", Provider: "openai", Model: "gpt-4o"},
 		Route: "chat", InputTokens: 10, OutputTokens: 10,
 	})
 	if err != nil || !d.Allowed {
 		t.Fatal(err)
 	}
-	if _, err := f.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: aws.String(f.prefix + dynamostore.SuffixLeases),
-		Key:       map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: d.Lease.ID}},
-	}); err != nil {
+	if err := failing.Complete(ctx, now, d.Lease, limiter.Usage{InputTokens: 10, OutputTokens: 5, Exact: true}); err != nil {
 		t.Fatal(err)
+	}
+	if got := f.read(t, now, tokenRules)["user_path:/team:c/fly"]; got != 1 {
+		t.Fatalf("gauge %d, want the slot the completion could not give back", got)
 	}
 	clock := func() time.Time { return now }
 	rep, err := f.reconciler(t, clock).Run(ctx)
-	if err != nil || rep.Released != 1 {
-		t.Fatalf("run: %+v %v, want the removed lease's slot released", rep, err)
+	if err != nil || rep.Released != 1 || rep.Settled != 1 {
+		t.Fatalf("run: %+v %v, want the slot released and the lease settled", rep, err)
 	}
 	f.dropCheckpoints(t)
-	if rep, err := f.reconciler(t, clock).Run(ctx); err != nil || rep.Released != 0 {
-		t.Fatalf("replay: %+v %v, want nothing released twice", rep, err)
+	if rep, err := f.reconciler(t, clock).Run(ctx); err != nil || rep.Released != 0 || rep.Settled != 0 {
+		t.Fatalf("replay: %+v %v, want nothing released or settled twice", rep, err)
 	}
 	if got := f.read(t, now, tokenRules)["user_path:/team:c/fly"]; got != 0 {
 		t.Fatalf("gauge %d after release, want 0", got)
 	}
+}
+
+// noRelease is a DynamoDB client on which giving a slot back fails.
+type noRelease struct{ *dynamodb.Client }
+
+func (c noRelease) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if strings.HasPrefix(aws.ToString(in.UpdateExpression), "DELETE ") {
+		return nil, errors.New("injected: the store failed")
+	}
+	return c.Client.UpdateItem(ctx, in, o...)
 }
 
 // A request that outlives its lease (its process stalled, no renewal got
@@ -336,17 +348,19 @@ func TestLateCompletionSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	expired := now.Add(11 * time.Minute) // past the fixture's 10 min lease
-	if rep, err := f.reconciler(t, func() time.Time { return expired }).Run(ctx); err != nil || rep.Swept != 1 {
-		t.Fatalf("sweep: %+v %v, want the expired lease released", rep, err)
+	if got := f.read(t, expired, tokenRules)["user_path:/team:c/fly"]; got != 0 {
+		t.Fatalf("slot still held past the lease's expiry: %d", got)
 	}
-	if got := f.read(t, now, tokenRules); got["user_path:/team:60/tok"] != 1000 || got["user_path:/team:c/fly"] != 0 {
+	if got := f.read(t, now, tokenRules); got["user_path:/team:60/tok"] != 1000 {
 		t.Fatalf("after expiry: %v, want the reservation kept and the slot given back", got)
 	}
 	if err := f.limiter.Complete(ctx, expired, d.Lease, limiter.Usage{InputTokens: 100, OutputTokens: 50, Exact: true}); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 { // once, however often its record is read
-		f.dropCheckpoints(t)
+	for i := range 2 { // once, however often its record is read
+		if i > 0 {
+			f.dropCheckpoints(t)
+		}
 		if _, err := f.reconciler(t, func() time.Time { return expired }).Run(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -148,16 +148,10 @@ func TestTemplateFunctions(t *testing.T) {
 			t.Errorf("no %s function in the template", want)
 		}
 	}
-	// The gateway's route streams; the reconciler runs on a schedule.
-	ev := get(fns["GatewayFunction"], "Properties", "Events", "Models", "Properties")
-	if get(ev, "ResponseTransferMode") != "RESPONSE_STREAM" || get(ev, "Path") != "/{proxy+}" {
-		t.Errorf("the gateway route is not streamed: %v", ev)
-	}
-	// A streamed integration may run up to 15 minutes; the route's timeout
-	// must be the function's, not API Gateway's default 29 s.
-	if fmt.Sprint(get(ev, "TimeoutInMillis")) != fmt.Sprint(get(fns["GatewayFunction"], "Properties", "Timeout"))+"000" {
-		t.Errorf("gateway route timeout %v ms, function timeout %v s", get(ev, "TimeoutInMillis"), get(fns["GatewayFunction"], "Properties", "Timeout"))
-	}
+	// Either front door: the REST API, or a function URL on the gateway
+	// and the admin function.
+	frontDoors(t, tpl, fns)
+
 	// Memory is chosen from the measured peak RSS (BenchmarkPeakRSS, about
 	// 20 MB): 128 MB everywhere, the gateway's a parameter to raise for CPU.
 	if m := fmt.Sprint(get(globals, "MemorySize")); m != "128" {
@@ -170,13 +164,94 @@ func TestTemplateFunctions(t *testing.T) {
 	if s := get(fns["ReconcilerFunction"], "Properties", "Events", "EveryMinute", "Properties", "Schedule"); s != "rate(1 minute)" {
 		t.Errorf("reconciler schedule %v", s)
 	}
+}
+
+// frontDoors checks the FrontDoor parameter's two front doors. RestApi
+// (the default): the REST API streams the gateway's answers, with the
+// function's timeout, and sends /admin to the admin function, each allowed
+// to invoke its function. FunctionUrl: a public URL on each function
+// (tollgate authenticates every call), the gateway's streamed, each with
+// both permissions a new function URL needs, for calls through it only.
+// The outputs follow: the OpenAI base URL is the endpoint plus /v1 either
+// way, behind the REST API the endpoint is the stage's.
+func frontDoors(t *testing.T, tpl map[string]any, fns map[string]map[string]any) {
+	t.Helper()
+	p := get(tpl, "Parameters", "FrontDoor")
+	if get(p, "Default") != "RestApi" || fmt.Sprint(get(p, "AllowedValues")) != "[RestApi FunctionUrl]" {
+		t.Errorf("FrontDoor parameter %v: want RestApi (default) or FunctionUrl", p)
+	}
+	for _, f := range fns {
+		if ev := get(f, "Properties", "Events"); ev != nil {
+			for name, e := range ev.(map[string]any) {
+				if get(e, "Type") == "Api" {
+					t.Errorf("event %s is an Api event: the REST API's routes are in its definition, under its condition", name)
+				}
+			}
+		}
+	}
+	res := get(tpl, "Resources").(map[string]any)
+	api := res["Api"]
+	if get(api, "Condition") != "UseRestApi" {
+		t.Errorf("the REST API exists unless FrontDoor=RestApi: condition %v", get(api, "Condition"))
+	}
+	route := get(api, "Properties", "DefinitionBody", "paths", "/{proxy+}", "x-amazon-apigateway-any-method", "x-amazon-apigateway-integration")
+	uri := fmt.Sprint(get(route, "uri", "Fn::Sub"))
+	if get(route, "responseTransferMode") != "STREAM" || !strings.Contains(uri, "/2021-11-15/functions/${GatewayFunction.Arn}/response-streaming-invocations") {
+		t.Errorf("the gateway route is not streamed: %v", route)
+	}
+	// A streamed integration may run up to 15 minutes; the route's timeout
+	// must be the function's, not API Gateway's default 29 s.
+	if fmt.Sprint(get(route, "timeoutInMillis")) != fmt.Sprint(get(fns["GatewayFunction"], "Properties", "Timeout"))+"000" {
+		t.Errorf("gateway route timeout %v ms, function timeout %v s", get(route, "timeoutInMillis"), get(fns["GatewayFunction"], "Properties", "Timeout"))
+	}
+	admin := get(api, "Properties", "DefinitionBody", "paths", "/admin/{proxy+}", "x-amazon-apigateway-any-method", "x-amazon-apigateway-integration")
+	if !strings.Contains(fmt.Sprint(get(admin, "uri", "Fn::Sub")), "${AdminFunction.Arn}/invocations") {
+		t.Errorf("/admin does not reach the admin function: %v", admin)
+	}
+	permits := map[string][]string{} // function → what may invoke it, and how
+	for _, r := range res {
+		if get(r, "Type") != "AWS::Lambda::Permission" {
+			continue
+		}
+		pp := get(r, "Properties")
+		fn := fmt.Sprint(get(pp, "FunctionName", "Ref"))
+		permits[fn] = append(permits[fn], fmt.Sprintf("%v %v %v url:%v via:%v",
+			get(r, "Condition"), get(pp, "Action"), get(pp, "Principal"), get(pp, "FunctionUrlAuthType"), get(pp, "InvokedViaFunctionUrl")))
+	}
+	for fn, mode := range map[string]string{"GatewayFunction": "RESPONSE_STREAM", "AdminFunction": "BUFFERED"} {
+		u := res[strings.TrimSuffix(fn, "Function")+"FunctionUrl"]
+		if get(u, "Type") != "AWS::Lambda::Url" || get(u, "Condition") != "UseFunctionUrl" || get(u, "Properties", "AuthType") != "NONE" ||
+			get(u, "Properties", "InvokeMode") != mode || get(u, "Properties", "TargetFunctionArn", "Fn::GetAtt") != fn+".Arn" {
+			t.Errorf("%s's function URL %v: want one under UseFunctionUrl, AuthType NONE, InvokeMode %s", fn, u, mode)
+		}
+		got := permits[fn]
+		slices.Sort(got)
+		want := []string{
+			"UseFunctionUrl lambda:InvokeFunction * url:<nil> via:true",
+			"UseFunctionUrl lambda:InvokeFunctionUrl * url:NONE via:<nil>",
+			"UseRestApi lambda:InvokeFunction apigateway.amazonaws.com url:<nil> via:<nil>",
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s may be invoked by %v, want %v", fn, got, want)
+		}
+	}
+	outputs := map[string][]string{}
+	for _, name := range []string{"Endpoint", "OpenAIBaseURL", "AdminEndpoint"} {
+		branches, _ := get(tpl, "Outputs", name, "Value", "Fn::If").([]any)
+		if len(branches) != 3 || branches[0] != "UseFunctionUrl" {
+			t.Fatalf("output %s is not chosen by the front door: %v", name, get(tpl, "Outputs", name, "Value"))
+		}
+		url := get(branches[1], "Fn::Sub").([]any)
+		outputs[name] = []string{fmt.Sprint(url[0]), fmt.Sprint(get(branches[2], "Fn::Sub"))}
+	}
 	// API Gateway strips the stage from the path: the OpenAI base URL must
 	// be <stage>/v1 for /v1/chat/completions to reach the gateway's routes.
-	stage := get(resources(tpl, "AWS::Serverless::Api")["Api"], "Properties", "StageName")
-	endpoint := fmt.Sprint(get(tpl, "Outputs", "Endpoint", "Value", "Fn::Sub"))
-	openai := fmt.Sprint(get(tpl, "Outputs", "OpenAIBaseURL", "Value", "Fn::Sub"))
-	if !strings.HasSuffix(endpoint, fmt.Sprintf("/%v", stage)) || openai != endpoint+"/v1" {
-		t.Errorf("outputs Endpoint %q and OpenAIBaseURL %q do not match stage %v", endpoint, openai, stage)
+	stage := get(api, "Properties", "StageName")
+	for i, door := range []string{"FunctionUrl", "RestApi"} {
+		endpoint, openai, adminURL := outputs["Endpoint"][i], outputs["OpenAIBaseURL"][i], outputs["AdminEndpoint"][i]
+		if openai != endpoint+"/v1" || !strings.HasSuffix(adminURL, "/admin") || (door == "RestApi" && (!strings.HasSuffix(endpoint, fmt.Sprintf("/%v", stage)) || adminURL != endpoint+"/admin")) {
+			t.Errorf("%s: outputs Endpoint %q, OpenAIBaseURL %q, AdminEndpoint %q do not match", door, endpoint, openai, adminURL)
+		}
 	}
 }
 
@@ -258,12 +333,12 @@ func tableShape(v any) string {
 	return strings.Join(parts, ", ")
 }
 
-// Every IAM statement names only the project's own tables, index, stream
-// and SSM path; nothing is granted on "*".
+// Every IAM statement names only the project's own tables, stream and SSM
+// path; nothing is granted on "*".
 func TestTemplateIAMIsScoped(t *testing.T) {
 	tpl := cfn(t, "../template.yaml")
 	allowed := regexp.MustCompile(`^(\{"Fn::GetAtt":"(CountersTable|LeasesTable|ConfigTable)\.(Arn|StreamArn)"\}|\{"Ref":"BedrockModelArns"\}|` +
-		`\{"Fn::Sub":"\$\{LeasesTable\.Arn\}/(index/by_expiry|stream/\*)"\}|` +
+		`\{"Fn::Sub":"\$\{LeasesTable\.Arn\}/stream/\*"\}|` +
 		`\{"Fn::Sub":"arn:\$\{AWS::Partition\}:(ssm|secretsmanager):\$\{AWS::Region\}:\$\{AWS::AccountId\}:(parameter/|secret:)\$\{ParameterPath\}/\*"\})$`)
 	// The alert topic is the one resource named by a parameter: only
 	// sns:Publish on it, only when it is given.

@@ -208,7 +208,6 @@ func (a *App) openDynamo(ctx context.Context) error {
 		TablePrefix:      s.TablePrefix,
 		RejectCacheTTL:   st.RejectCache,
 		TokenPrevRefresh: st.TokenPrevRefresh,
-		LeaseIndexShards: st.LeaseIndexShards,
 		Logger:           a.Log,
 	})
 	return err

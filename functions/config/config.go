@@ -71,9 +71,6 @@ type StoreOptions struct {
 	// TokenPrevRefresh is how long a closed token window's count is trusted
 	// before it is read again (default 10s).
 	TokenPrevRefresh time.Duration
-	// LeaseIndexShards spreads active leases over this many partitions of
-	// the expiry index (default 4).
-	LeaseIndexShards int
 }
 
 // Shaping holds the shaping section: traffic classes and how long a
@@ -227,7 +224,9 @@ type file struct {
 type storeSpec struct {
 	RejectCache      string `yaml:"reject_cache"`
 	TokenPrevRefresh string `yaml:"token_prev_refresh"`
-	LeaseIndexShards int    `yaml:"lease_index_shards"`
+	// LeaseIndexShards is accepted, and unused, so that files written
+	// for versions whose lease table had an expiry index still load.
+	LeaseIndexShards int `yaml:"lease_index_shards"`
 }
 
 type rateLimits struct {
@@ -541,10 +540,6 @@ func (cfg *Config) loadStore(st *storeSpec, at func(keys ...any) string) []error
 		}
 		cfg.Store.TokenPrevRefresh = d
 	}
-	if st.LeaseIndexShards < 0 || st.LeaseIndexShards > 64 {
-		errs = append(errs, fmt.Errorf("%s: %d is outside 1..64", at("store", "lease_index_shards"), st.LeaseIndexShards))
-	}
-	cfg.Store.LeaseIndexShards = st.LeaseIndexShards
 	return errs
 }
 

@@ -13,7 +13,6 @@ import (
 const (
 	maxPrevEntries   = 50_000
 	maxRejectEntries = 10_000
-	maxAuditEntries  = 10_000
 	maxBucketEntries = 10_000
 )
 

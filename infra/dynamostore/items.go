@@ -40,24 +40,6 @@ func CounterKey(c limiter.Counter) string {
 // settledKey is the marker of a lease whose tokens were settled.
 func settledKey(leaseID string) string { return "settled|" + leaseID }
 
-// slotEntry is how a gauge item holds a lease's slot: the admission
-// instant (Unix milliseconds, base 36) and the lease id, "m3x1k2a0.<id>".
-// The instant lets an audit tell a slot whose lease is still being written
-// from one whose lease never will be.
-func slotEntry(l *limiter.Lease) string {
-	return strconv.FormatInt(unixMilli(l.AdmittedAt), 36) + "." + l.ID
-}
-
-// parseSlotEntry is the inverse of slotEntry.
-func parseSlotEntry(e string) (admitted time.Time, leaseID string, ok bool) {
-	ms, id, found := strings.Cut(e, ".")
-	v, err := strconv.ParseInt(ms, 36, 64)
-	if !found || err != nil || id == "" {
-		return time.Time{}, "", false
-	}
-	return fromMilli(v), id, true
-}
-
 func sv(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
@@ -66,13 +48,6 @@ func b(v bool) types.AttributeValue       { return &types.AttributeValueMemberBO
 func bin(v []byte) types.AttributeValue   { return &types.AttributeValueMemberB{Value: v} }
 func ss(v ...string) types.AttributeValue { return &types.AttributeValueMemberSS{Value: v} }
 
-// stringSet reads an SS attribute; absent is empty.
-func stringSet(item map[string]types.AttributeValue, name string) []string {
-	if v, ok := item[name].(*types.AttributeValueMemberSS); ok {
-		return v.Value
-	}
-	return nil
-}
 func unixSec(t time.Time) int64    { return t.Unix() }
 func unixMilli(t time.Time) int64  { return t.UnixMilli() }
 func fromMilli(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
@@ -136,12 +111,10 @@ const (
 	attrUsedWrite   = "used_cache_write" // of used_in, written to the prompt cache; absent for none
 )
 
-// leaseItem encodes an active lease. active names its partition of the
-// by_expiry index; "" keeps the lease out of the index (a lease that holds
-// no slot has nothing to release if its process dies, and staying out
-// saves the index's write unit). Each charge is one short string, "amount period key",
-// which keeps a lease of several rules under 1 KB: one write unit.
-func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.AttributeValue {
+// leaseItem encodes a lease. Each charge is one short string, "amount
+// period key", which keeps a lease of several rules under 1 KB: one write
+// unit (TestLeaseItemRoundTripAndSize).
+func leaseItem(l *limiter.Lease, ttl int64) map[string]types.AttributeValue {
 	charges := make([]types.AttributeValue, len(l.Charges))
 	for i := range l.Charges {
 		charges[i] = sv(encodeCharge(&l.Charges[i]))
@@ -158,9 +131,6 @@ func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.Attr
 		attrReservedOut: n(l.Reserved.OutputTokens),
 		attrCharges:     &types.AttributeValueMemberL{Value: charges},
 	}
-	if active != "" {
-		item[attrActive] = sv(active)
-	}
 	if l.Provider != "" {
 		item[attrProvider] = sv(l.Provider)
 	}
@@ -172,6 +142,27 @@ func leaseItem(l *limiter.Lease, active string, ttl int64) map[string]types.Attr
 	}
 	if !l.Price.IsZero() {
 		item[attrPrice] = sv(strconv.FormatInt(l.Price.Input, 10) + " " + strconv.FormatInt(l.Price.Output, 10) + " " + strconv.FormatInt(l.Price.CachedInput, 10))
+	}
+	return item
+}
+
+// completionItem is a lease's record: the lease, completed at now with
+// the usage its request reported and whether its slots were given back.
+func completionItem(l *limiter.Lease, now time.Time, used limiter.Usage, released, late bool, ttl int64) map[string]types.AttributeValue {
+	item := leaseItem(l, ttl)
+	item[attrStatus] = sv(StatusCompleted)
+	item[attrFinishedAt] = n(unixMilli(now))
+	item[attrUsedIn] = n(used.InputTokens)
+	item[attrUsedOut] = n(used.OutputTokens)
+	item[attrUsedCached] = n(used.CachedInputTokens)
+	item[attrCachedIn] = b(used.CachedInInput)
+	item[attrExact] = b(used.Exact)
+	if used.CacheWriteInputTokens > 0 {
+		item[attrUsedWrite] = n(used.CacheWriteInputTokens)
+	}
+	item[attrReleased] = b(released)
+	if late {
+		item[attrLate] = b(true)
 	}
 	return item
 }

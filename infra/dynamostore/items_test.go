@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -58,12 +59,13 @@ func TestLeaseItemRoundTripAndSize(t *testing.T) {
 		},
 		Price: limiter.Price{Input: 2_500_000, Output: 10_000_000, CachedInput: 1_250_000},
 	}
-	item := leaseItem(l, "a3", now.Unix())
+	used := limiter.Usage{InputTokens: 1180, OutputTokens: 3900, CachedInputTokens: 1024, CacheWriteInputTokens: 100, Exact: true}
+	item := completionItem(l, now.Add(time.Minute), used, false, false, now.Unix())
 	rec, err := DecodeLease(item)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != StatusActive || rec.Lease.ID != l.ID || !rec.Lease.ExpiresAt.Equal(l.ExpiresAt) ||
+	if rec.Status != StatusCompleted || rec.Used != used || rec.Released || rec.Lease.ID != l.ID || !rec.Lease.ExpiresAt.Equal(l.ExpiresAt) ||
 		rec.Lease.UserPath != l.UserPath || rec.Lease.Reserved != l.Reserved || len(rec.Lease.Charges) != len(l.Charges) ||
 		rec.Lease.Price != l.Price {
 		t.Fatalf("decoded %+v", rec)
@@ -74,9 +76,10 @@ func TestLeaseItemRoundTripAndSize(t *testing.T) {
 			t.Errorf("charge %d decoded %+v, want %+v", i, c, w)
 		}
 	}
-	// One write unit: a lease of eight counters stays under 1 KB.
+	// One write unit: a lease of eight counters, with its usage, stays
+	// under 1 KB.
 	if size := itemSize(item); size > 1024 {
-		t.Fatalf("lease item is %d bytes, over one write unit", size)
+		t.Fatalf("lease record is %d bytes, over one write unit", size)
 	}
 }
 
@@ -99,6 +102,12 @@ func valueSize(v types.AttributeValue) int {
 		return 1
 	case *types.AttributeValueMemberB:
 		return len(v.Value)
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, e := range v.Value {
+			n += len(e)
+		}
+		return n
 	case *types.AttributeValueMemberL:
 		n := 3
 		for _, e := range v.Value {
@@ -143,6 +152,53 @@ func TestCounterItemStaysUnderOneKB(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A gauge's item weighs 9 bytes a slot held: a concurrency rule of 50 at
+// its limit is one write unit, one of 200 two, for keys up to the longest
+// a user path makes here (a per_child rule under a long path).
+func TestGaugeItemSize(t *testing.T) {
+	key := gaugeKey(CounterKey(limiter.Counter{Rule: "user_path:/customers/acme-corporation/production:c@g12", Child: "some-long-child-name", Kind: limiter.KindInFlight}))
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ slots, units int }{{35, 1}, {50, 1}, {100, 1}, {200, 2}} {
+		entries := make([][]byte, c.slots)
+		for i := range entries {
+			entries[i] = newEntry("0123456789abcdef.0."+itoa(i), now.Add(15*time.Minute))
+		}
+		item := map[string]types.AttributeValue{attrPK: sv(key), attrSlotSet: bs(entries...), attrTTL: n(now.Add(48 * time.Hour).Unix())}
+		if units := (itemSize(item) + 1023) / 1024; units > c.units {
+			t.Errorf("a gauge holding %d slots is %d bytes, %d write units; want %d", c.slots, itemSize(item), units, c.units)
+		}
+	}
+}
+
+// A slot entry names its lease and carries its expiry, rounded up to the
+// second, so it is held to the end of that second and no less; leases
+// outside what 4 bytes of seconds hold are clamped, never wrapped.
+func TestSlotEntry(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, step := range []struct {
+		exp, now time.Time
+		expired  bool
+	}{
+		{at, at.Add(-time.Nanosecond), false},
+		{at, at, true},
+		{at.Add(time.Millisecond), at.Add(999 * time.Millisecond), false},
+		{at.Add(time.Millisecond), at.Add(time.Second), true},
+		{time.Unix(1<<40, 0), time.Unix(math.MaxUint32-1, 0), false}, // far future: clamped to 2106
+		{time.Unix(-5, 0), time.Unix(0, 0), true},                    // before 1970: clamped to 1970
+	} {
+		e := newEntry("lease-1", step.exp)
+		if len(e) != entryBytes || entryExpired(e, step.now) != step.expired {
+			t.Errorf("entry expiring %v at %v: expired %v, want %v", step.exp, step.now, entryExpired(e, step.now), step.expired)
+		}
+		if !sameTag(e, leaseTag("lease-1")) || sameTag(e, leaseTag("lease-2")) {
+			t.Error("an entry's tag does not name its lease")
+		}
+	}
+	if !entryExpired([]byte("not ours"), at) {
+		t.Error("an entry of another shape counts as held")
+	}
+}
 
 // A charge at Bedrock's arithmetic keeps its output burndown in the lease
 // record, the one thing its settlement needs beyond the standard charge;

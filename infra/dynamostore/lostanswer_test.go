@@ -127,61 +127,98 @@ func TestLostSlotAnswerTakesOneSlot(t *testing.T) {
 	}
 }
 
-// The defect of old: a lease write that applied but answered with an
-// error got the gauge compensated, and the sweep released it again, so a
-// concurrent=1 rule let two requests in. Now a lease write resent after it
-// landed is recognised, and one that cannot be is marked refused, which no
-// sweep releases.
-func TestLostLeaseAnswerNeverReleasesTwice(t *testing.T) {
+// A completion record whose write applied and lost its answer is written
+// once: resent, by the SDK or by the caller's repeated Complete, its
+// condition finds the record it wrote. So the stream carries one record
+// of the lease and the reconciler settles it once (TestReconcileExactlyOnce).
+func TestLostCompletionAnswerRecordedOnce(t *testing.T) {
 	ctx := context.Background()
 	t.Run("resent", func(t *testing.T) {
 		s, f, _ := lostStore(t)
 		now := storetest.T0
-		g := slot("lease-resent", 1)
-		f.inject("PutItem", 1, lose, "")
+		g := slot("record-resent", 1)
 		l := lease(now, g)
 		if out, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err != nil || !out.Admitted {
-			t.Fatalf("lease whose answer was lost once: %+v, %v; want admitted", out, err)
+			t.Fatal(out, err)
 		}
-		if got := cur(t, s, now, g); got[0] != 1 {
-			t.Fatalf("gauge %d, want 1", got[0])
+		f.inject("PutItem", 1, lose, "")
+		if err := s.Complete(ctx, now, l, limiter.Usage{InputTokens: 7, Exact: true}); err != nil {
+			t.Fatalf("completion whose record's answer was lost once: %v", err)
+		}
+		if f.count(f.calls, "PutItem") != 2 {
+			t.Fatalf("the record was sent %d times, want twice (the lost one and its resend)", f.count(f.calls, "PutItem"))
+		}
+		if rec := leaseRecord(t, s, l.ID); rec.Status != dynamostore.StatusCompleted || rec.Used.InputTokens != 7 || !rec.Released {
+			t.Fatalf("record %+v, want completed, released, with its usage", rec)
+		}
+		if got := cur(t, s, now, g); got[0] != 0 {
+			t.Fatalf("gauge %d, want 0", got[0])
 		}
 	})
 	t.Run("every answer lost", func(t *testing.T) {
 		s, f, _ := lostStore(t)
 		now := storetest.T0
-		g := slot("lease-lost", 1)
-		f.inject("PutItem", 4, lose, "") // every attempt
+		g := slot("record-lost", 1)
 		l := lease(now, g)
-		if _, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err == nil {
-			t.Fatal("an admission whose lease write never answered succeeded")
+		if out, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err != nil || !out.Admitted {
+			t.Fatal(out, err)
 		}
-		if got := cur(t, s, now, g); got[0] != 0 {
-			t.Fatalf("gauge %d after the failed admission, want 0 (given back)", got[0])
+		f.inject("PutItem", 4, lose, "") // every attempt
+		if err := s.Complete(ctx, now, l, limiter.Usage{Exact: true}); !errors.Is(err, limiter.ErrStoreUnavailable) {
+			t.Fatalf("completion whose every answer was lost: %v, want ErrStoreUnavailable", err)
 		}
-		// The lease landed; it is marked refused, so expiring it releases
-		// nothing.
-		rec := leaseRecord(t, s, l.ID)
-		if rec.Status != dynamostore.StatusRefused || !rec.Released {
-			t.Fatalf("the lease is %s (released %v), want refused and released", rec.Status, rec.Released)
-		}
+		// The caller retries; the record that landed is recognised, and
+		// the slot, given back the first time, is not given back twice.
 		b := lease(now, g)
-		b.ExpiresAt = now.Add(time.Hour)
 		if out, err := s.Charge(ctx, now, []limiter.Charge{g}, b); err != nil || !out.Admitted {
 			t.Fatalf("the next request: %+v, %v", out, err)
 		}
-		// Past the refused lease's expiry (not b's), a sweep finds nothing.
-		if n, err := s.Expire(ctx, now.Add(2*time.Minute)); err != nil || n != 0 {
-			t.Fatalf("sweep released %d (%v), want 0", n, err)
+		if err := s.Complete(ctx, now, l, limiter.Usage{Exact: true}); err != nil {
+			t.Fatalf("the retried completion: %v", err)
 		}
 		if got := cur(t, s, now, g); got[0] != 1 {
-			t.Fatalf("gauge %d after a sweep, want 1: the refused lease must release nothing", got[0])
+			t.Fatalf("gauge %d after the retried completion, want 1: b's slot is b's", got[0])
 		}
-		c := lease(now, g)
-		if out, err := s.Charge(ctx, now, []limiter.Charge{g}, c); err != nil || out.Admitted {
+		if out, err := s.Charge(ctx, now, []limiter.Charge{g}, lease(now, g)); err != nil || out.Admitted {
 			t.Fatalf("a second request in flight on concurrent=1: %+v, %v", out, err)
 		}
 	})
+}
+
+// A renewal whose answer was lost leaves the lease one more entry, with an
+// expiry its caller never learnt: the next renewal and the completion take
+// every entry of the lease away, so the slot is held once and given back
+// whole.
+func TestLostRenewalAnswerHoldsOneSlot(t *testing.T) {
+	s, f, _ := lostStore(t)
+	ctx := context.Background()
+	now := storetest.T0
+	g := slot("renew-lost", 2)
+	l := lease(now, g) // expires at +1 min
+	if out, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err != nil || !out.Admitted {
+		t.Fatal(out, err)
+	}
+	f.inject("UpdateItem", 4, lose, "contains(#b, :old)") // every attempt applies, no answer
+	if ok, err := s.Renew(ctx, now.Add(20*time.Second), l, now.Add(80*time.Second)); err == nil {
+		t.Fatalf("renewal whose every answer was lost: %v, %v; want an error", ok, err)
+	}
+	if got := cur(t, s, now.Add(30*time.Second), g); got[0] != 2 {
+		t.Fatalf("gauge %d after the lost renewal, want 2 (the lease counted twice, the safe side)", got[0])
+	}
+	// The caller still knows the first expiry, and renews again.
+	if ok, err := s.Renew(ctx, now.Add(40*time.Second), l, now.Add(100*time.Second)); err != nil || !ok {
+		t.Fatalf("the next renewal: %v, %v", ok, err)
+	}
+	l.ExpiresAt = now.Add(100 * time.Second)
+	if got := cur(t, s, now.Add(90*time.Second), g); got[0] != 1 {
+		t.Fatalf("gauge %d past the first expiry, want the renewed lease's one slot", got[0])
+	}
+	if err := s.Complete(ctx, now.Add(90*time.Second), l, limiter.Usage{Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cur(t, s, now.Add(90*time.Second), g); got[0] != 0 {
+		t.Fatalf("gauge %d after completion, want 0", got[0])
+	}
 }
 
 // A compensation that applied and lost its answer is not resent: resent,
@@ -223,7 +260,7 @@ func TestFailedReleaseRecordedAndRepaired(t *testing.T) {
 	if out, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err != nil || !out.Admitted {
 		t.Fatal(out, err)
 	}
-	f.inject("UpdateItem", 4, drop, "DELETE #s") // every attempt
+	f.inject("UpdateItem", 4, drop, "DELETE #b") // every attempt
 	if err := s.Complete(ctx, now, l, limiter.Usage{InputTokens: 3, Exact: true}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -245,38 +282,36 @@ func TestFailedReleaseRecordedAndRepaired(t *testing.T) {
 	}
 }
 
-// A process that dies between taking a slot and writing its lease leaves
-// a slot nobody holds. The next refusal of the full gauge finds it, once
-// it is older than any admission takes, and gives it back.
-func TestOrphanedSlotAudited(t *testing.T) {
+// A refused admission whose slot could not be given back (the store
+// failed just then) leaves a slot nobody holds: it carries the lease's
+// expiry, so it is counted until then and reclaimed by the first
+// admission that finds the gauge full after it.
+func TestUnreleasedSlotHeldToItsExpiry(t *testing.T) {
 	s, f, _ := lostStore(t)
 	ctx := context.Background()
-	now := storetest.T0
-	g := slot("orphan-audit", 1)
-	// The lease write, the slot's release and the refusal mark all fail:
-	// as if the process died right after taking the slot.
-	f.inject("PutItem", 4, drop, "")
-	f.inject("UpdateItem", 4, drop, "DELETE #s")
-	f.inject("UpdateItem", 4, drop, "refused")
-	if _, err := s.Charge(ctx, now, []limiter.Charge{g}, lease(now, g)); err == nil {
-		t.Fatal("the admission succeeded without its lease")
+	now := storetest.T0.Add(10 * time.Second)
+	g := slot("unreleased", 1)
+	full := minute("unreleased-w", limiter.KindRequests, now, 1, 1)
+	if out, err := s.Charge(ctx, now, []limiter.Charge{full}, nil); err != nil || !out.Admitted {
+		t.Fatal(out, err)
+	}
+	f.inject("UpdateItem", 4, drop, "DELETE #b") // the undo's every attempt
+	if out, err := s.Charge(ctx, now, []limiter.Charge{g, full}, lease(now, g, full)); err != nil || out.Admitted {
+		t.Fatalf("charge past the window's limit: %+v, %v; want refused", out, err)
 	}
 	if got := cur(t, s, now, g); got[0] != 1 {
-		t.Fatalf("gauge %d, want the orphaned slot", got[0])
+		t.Fatalf("gauge %d, want the slot the undo could not give back", got[0])
 	}
-	// Within the grace its lease might still be on its way: kept.
-	soon := now.Add(time.Second)
-	out, err := s.Charge(ctx, soon, []limiter.Charge{g}, lease(soon, g))
-	if err != nil || out.Admitted || out.Reclaimed {
-		t.Fatalf("within the grace: %+v, %v; want refused, nothing reclaimed", out, err)
+	soon := now.Add(30 * time.Second)
+	if out, err := s.Charge(ctx, soon, []limiter.Charge{g}, lease(soon, g)); err != nil || out.Admitted || out.Reclaimed {
+		t.Fatalf("before its expiry: %+v, %v; want refused, nothing reclaimed", out, err)
 	}
-	later := now.Add(time.Minute)
-	out, err = s.Charge(ctx, later, []limiter.Charge{g}, lease(later, g))
-	if err != nil || out.Admitted || !out.Reclaimed {
-		t.Fatalf("after the grace: %+v, %v; want refused with the orphan reclaimed", out, err)
+	expired := now.Add(time.Minute)
+	if out, err := s.Charge(ctx, expired, []limiter.Charge{g}, lease(expired, g)); err != nil || out.Admitted || !out.Reclaimed {
+		t.Fatalf("at its expiry: %+v, %v; want refused with the slot reclaimed", out, err)
 	}
-	if out, err := s.Charge(ctx, later, []limiter.Charge{g}, lease(later, g)); err != nil || !out.Admitted {
-		t.Fatalf("charged again after the audit: %+v, %v", out, err)
+	if out, err := s.Charge(ctx, expired, []limiter.Charge{g}, lease(expired, g)); err != nil || !out.Admitted {
+		t.Fatalf("charged again after the reclaim: %+v, %v", out, err)
 	}
 }
 

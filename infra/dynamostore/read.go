@@ -15,29 +15,22 @@ import (
 )
 
 // Read implements limiter.Store with strongly consistent reads, bypassing
-// the closed-window cache. Gauges count only leases not yet expired, as in
-// Charge, to within readReclaimEvery: the expired leases a read finds are
-// released at most that often, so a dashboard polling every few seconds
-// does not query the lease index on every poll (admission reclaims on its
-// own, whenever it would refuse). TestReadReleasesExpiredLeasesAtMostEvery10s.
+// the closed-window cache. A gauge counts the slots whose expiry is after
+// now, as an admission would once it reclaimed the others.
 func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charge) ([]limiter.State, error) {
 	keys := make([]string, 0, 2*len(charges))
-	gauges := false
 	for i := range charges {
 		c := &charges[i]
-		keys = append(keys, CounterKey(c.Counter))
 		if c.IsGauge() {
-			gauges = true
-		} else if c.Sliding() {
+			keys = append(keys, gaugeKey(CounterKey(c.Counter)))
+			continue
+		}
+		keys = append(keys, CounterKey(c.Counter))
+		if c.Sliding() {
 			keys = append(keys, prevSources(c)...)
 		}
 	}
-	if gauges && s.readReclaimDue(now) {
-		if _, err := s.reclaim(ctx, now, reclaimOnAdmission); err != nil {
-			return nil, err
-		}
-	}
-	got, reserved, err := s.getStates(ctx, keys)
+	got, reserved, err := s.getStates(ctx, now, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +38,10 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 	for i := range charges {
 		c := &charges[i]
 		k := CounterKey(c.Counter)
+		if c.IsGauge() {
+			out[i].Cur = got[gaugeKey(k)]
+			continue
+		}
 		out[i].Cur = got[k]
 		out[i].Reserved = min(max(reserved[k], 0), max(out[i].Cur, 0))
 		if c.Sliding() {
@@ -54,38 +51,25 @@ func (s *Store) Read(ctx context.Context, now time.Time, charges []limiter.Charg
 	return out, nil
 }
 
-// readReclaimEvery is how often reads release the expired leases.
-const readReclaimEvery = 10 * time.Second
-
-// readReclaimDue reports whether a read at now should release expired
-// leases, and if so marks it done.
-func (s *Store) readReclaimDue(now time.Time) bool {
-	last := s.readReclaimed.Load()
-	if last != 0 && now.UnixNano()-last < int64(readReclaimEvery) && now.UnixNano() >= last {
-		return false
-	}
-	return s.readReclaimed.CompareAndSwap(last, now.UnixNano())
-}
-
-// getCounts reads counter items consistently: a window's n, a gauge's
-// number of slots; absent items are 0.
+// getCounts reads window counter items consistently; absent items are 0.
 func (s *Store) getCounts(ctx context.Context, keys []string) (map[string]int64, error) {
-	got, _, err := s.getStates(ctx, keys)
+	got, _, err := s.getStates(ctx, time.Time{}, keys)
 	return got, err
 }
 
-// getStates is getCounts with, for budgets, what their counts hold in
-// reservations.
-func (s *Store) getStates(ctx context.Context, keys []string) (counts, reserved map[string]int64, err error) {
-	items, err := s.getItems(ctx, s.tables.Counters, keys, attrPK, attrN, attrSlots, attrReserved)
+// getStates reads counter items consistently: a window's n, a gauge's
+// slots live at now; absent items are 0. For budgets it also returns what
+// their counts hold in reservations.
+func (s *Store) getStates(ctx context.Context, now time.Time, keys []string) (counts, reserved map[string]int64, err error) {
+	items, err := s.getItems(ctx, s.tables.Counters, keys, attrPK, attrN, attrSlotSet, attrReserved)
 	if err != nil {
 		return nil, nil, err
 	}
 	counts = make(map[string]int64, len(keys))
 	reserved = map[string]int64{}
 	for k, item := range items {
-		if _, isGauge := item[attrSlots]; isGauge {
-			counts[k] = int64(len(stringSet(item, attrSlots)))
+		if _, isGauge := item[attrSlotSet]; isGauge {
+			counts[k] = liveSlots(binarySet(item, attrSlotSet), now)
 			continue
 		}
 		v, err := number(item, attrN)

@@ -46,16 +46,13 @@ const (
 	attrN         = "n"          // counters: the count
 	attrReserved  = "r"          // budgets: the part of n not yet settled
 	attrWriter    = "w"          // counters: writer tokens, in slots w0, w1, … (see writerSlot)
-	attrSlots     = "s"          // gauges: the slots held, one entry per lease
+	attrSlotSet   = "b"          // gauges: the slots held, one entry per lease (see gauge.go)
 	attrTTL       = "ttl"        // every table: TTL, Unix seconds
+	attrCursor    = "o"          // settlement cursors: the last place applied
 	attrID        = "id"         // leases: the lease (request) id
 	attrStatus    = "status"     // leases: active, completed, expired, refused
-	attrActive    = "active"     // leases: GSI partition while active
 	attrExpiresAt = "expires_at" // leases: Unix milliseconds
 )
-
-// Index names.
-const indexByExpiry = "by_expiry"
 
 // Table suffixes.
 const (
@@ -67,28 +64,21 @@ const (
 // Specs are tollgate's tables.
 var Specs = []TableSpec{
 	{
-		// Window counters, in-flight gauges, settlement markers, stream
-		// checkpoints and provider cooldowns: one item each, by key.
+		// Window counters, in-flight gauges, settlement cursors and
+		// markers, stream checkpoints and provider cooldowns: one item
+		// each, by key.
 		Suffix:       SuffixCounters,
 		HashKey:      attrPK,
 		TTLAttribute: attrTTL,
 	},
 	{
-		// One item per admitted request that holds a slot or a
-		// reservation. Its stream is what the reconciler reads; the sparse
-		// by_expiry index finds leases whose process died.
+		// One item per completed request that held a slot or a
+		// reservation, written at its completion. Its stream is what the
+		// reconciler reads.
 		Suffix:       SuffixLeases,
 		HashKey:      attrID,
 		TTLAttribute: attrTTL,
 		StreamView:   types.StreamViewTypeNewAndOldImages,
-		Indexes: []IndexSpec{{
-			Name:       indexByExpiry,
-			HashKey:    attrActive,
-			HashType:   types.ScalarAttributeTypeS,
-			RangeKey:   attrExpiresAt,
-			RangeType:  types.ScalarAttributeTypeN,
-			Projection: types.ProjectionTypeAll,
-		}},
 	},
 	{
 		// Rules and managed keys of the admin API.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/tollgate/tollgate/infra/dynamostore"
 	"github.com/tollgate/tollgate/infra/dynamostore/dynamotest"
@@ -130,64 +129,82 @@ func TestRejectCache(t *testing.T) {
 
 func s2API(t *testing.T) dynamostore.API { return dynamotest.Client(t, dynamostore.ClientOptions{}) }
 
-// Expire finds dead leases through the by_expiry index (not TTL), releases
-// their slots exactly once, and keeps their reservations charged.
-func TestExpireReleasesOrphansOnce(t *testing.T) {
+// A request whose process died holds its slot until its lease's expiry
+// and not a moment longer, found from its gauge entry alone: no index, no
+// lease item, no sweep. Reads stop counting it at its expiry; the first
+// admissions that find the gauge full of such slots reclaim them, and
+// however many instances do so at once, the limit holds. Reservations
+// stay charged.
+func TestDeadSlotReclaimedAtItsExpiry(t *testing.T) {
 	prefix := dynamotest.Prefix(t)
 	s := openStore(t, prefix, dynamostore.Options{})
 	ctx := context.Background()
 	now := storetest.T0
-	g := limiter.Charge{Counter: limiter.Counter{Rule: "orphan-g", Kind: limiter.KindInFlight}, Limit: 10, Amount: 1}
-	tok := limiter.Charge{Counter: limiter.Counter{Rule: "orphan-t", Kind: limiter.KindTokens, Window: now.UnixNano() / int64(time.Minute)},
+	g := limiter.Charge{Counter: limiter.Counter{Rule: "dead-g", Kind: limiter.KindInFlight}, Limit: 3, Amount: 1}
+	tok := limiter.Charge{Counter: limiter.Counter{Rule: "dead-t", Kind: limiter.KindTokens, Window: now.UnixNano() / int64(time.Minute)},
 		Period: time.Minute, Limit: 10000, Amount: 500}
 	for i := range 3 {
-		l := &limiter.Lease{ID: fmt.Sprintf("orphan-%d", i), ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{g, tok}}
+		l := &limiter.Lease{ID: fmt.Sprintf("dead-%d", i), AdmittedAt: now, ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{g, tok}}
 		if out, err := s.Charge(ctx, now, []limiter.Charge{g, tok}, l); err != nil || !out.Admitted {
 			t.Fatal(out, err)
 		}
 	}
-	if n, err := s.Expire(ctx, now.Add(59*time.Second)); err != nil || n != 0 {
-		t.Fatalf("before expiry Expire released %d (%v)", n, err)
+	// Their processes die. Until the expiry, they hold the gauge.
+	before := now.Add(time.Minute - time.Millisecond)
+	l := &limiter.Lease{ID: "too-early", AdmittedAt: before, ExpiresAt: before.Add(time.Minute), Charges: []limiter.Charge{g}}
+	if out, err := s.Charge(ctx, before, []limiter.Charge{g}, l); err != nil || out.Admitted || out.Reclaimed {
+		t.Fatalf("before the expiry: %+v, %v; want refused, nothing reclaimed", out, err)
 	}
-	// Several sweepers at once release each lease once.
-	var total atomic.Int64
+	// At the expiry a read counts none, in one call.
+	at := now.Add(time.Minute)
+	calls := s.Stats().RoundTrips
+	st, err := s.Read(ctx, at, []limiter.Charge{g, tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].Cur != 0 || st[1].Cur != 1500 || s.Stats().RoundTrips-calls != 1 {
+		t.Fatalf("at expiry: gauge %d, tokens %d in %d calls; want 0, the 1500 reserved, in 1", st[0].Cur, st[1].Cur, s.Stats().RoundTrips-calls)
+	}
+	// Five instances admit at once: the full gauge's dead slots are
+	// reclaimed, and exactly three get in.
+	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	for range 4 {
-		sweeper := openStore(t, prefix, dynamostore.Options{})
+	for i := range 5 {
+		other := openStore(t, prefix, dynamostore.Options{})
 		wg.Go(func() {
-			n, err := sweeper.Expire(ctx, now.Add(time.Minute))
-			if err != nil {
-				t.Error(err)
+			l := &limiter.Lease{ID: fmt.Sprintf("next-%d", i), AdmittedAt: at, ExpiresAt: at.Add(time.Minute), Charges: []limiter.Charge{g}}
+			for range 3 { // as the limiter does: charged again after a reclaim
+				out, err := other.Charge(ctx, at, []limiter.Charge{g}, l)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if out.Admitted {
+					admitted.Add(1)
+					return
+				}
+				if !out.Reclaimed {
+					return
+				}
+				l.ID += "~r"
 			}
-			total.Add(int64(n))
 		})
 	}
 	wg.Wait()
-	if total.Load() != 3 {
-		t.Fatalf("sweepers released %d leases, want 3", total.Load())
+	if admitted.Load() != 3 {
+		t.Fatalf("%d of 5 admitted on a concurrent=3 gauge full of dead slots, want 3", admitted.Load())
 	}
-	st, err := s.Read(ctx, now.Add(time.Minute), []limiter.Charge{g, tok})
-	if err != nil {
-		t.Fatal(err)
+	if n, err := s.Expire(ctx, at); err != nil || n != 0 {
+		t.Fatalf("Expire: %d, %v; want nothing to sweep", n, err)
 	}
-	if st[0].Cur != 0 || st[1].Cur != 1500 {
-		t.Fatalf("gauge %d and tokens %d after expiry, want 0 and the 1500 reserved", st[0].Cur, st[1].Cur)
-	}
-	// The lease items say what happened to them.
+	// No lease item was ever written for them.
 	api := dynamotest.Client(t, dynamostore.ClientOptions{})
-	item, err := api.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.Tables().Leases), ConsistentRead: aws.Bool(true),
-		Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "orphan-0"}},
-	})
+	out, err := api.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(s.Tables().Leases)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := dynamostore.DecodeLease(item.Item)
-	if err != nil || rec.Status != dynamostore.StatusExpired || len(rec.Lease.Charges) != 2 {
-		t.Fatalf("lease after expiry: %+v %v", rec, err)
-	}
-	if _, ok := item.Item["active"]; ok {
-		t.Fatal("an expired lease is still in the by_expiry index")
+	if len(out.Items) != 0 {
+		t.Fatalf("%d lease items for requests that never completed, want none", len(out.Items))
 	}
 }
 
@@ -275,46 +292,5 @@ func TestLateChargeOnClosedWindowSeen(t *testing.T) {
 	reader.Charge(ctx, final.Add(20*time.Second), []limiter.Charge{w1}, nil)
 	if got := reader.Stats().RoundTrips - before; got != 1 {
 		t.Fatalf("%d round trips once the closed window is final, want 1", got)
-	}
-}
-
-// A read of a gauge releases the expired leases it would count, but at
-// most every 10 s: a dashboard polling every few seconds does not query
-// the lease index each time, and what a read shows is stale by no more
-// than that.
-func TestReadReleasesExpiredLeasesAtMostEvery10s(t *testing.T) {
-	s := openStore(t, dynamotest.Prefix(t), dynamostore.Options{LeaseIndexShards: 2})
-	ctx := context.Background()
-	now := storetest.T0
-	g := limiter.Charge{Counter: limiter.Counter{Rule: "read-g", Kind: limiter.KindInFlight}, Limit: 10, Amount: 1}
-	l := &limiter.Lease{ID: "read-0", ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{g}}
-	if out, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err != nil || !out.Admitted {
-		t.Fatal(out, err)
-	}
-	read := func(at time.Time) (inFlight, calls int64) {
-		t.Helper()
-		before := s.Stats().RoundTrips
-		st, err := s.Read(ctx, at, []limiter.Charge{g})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st[0].Cur, s.Stats().RoundTrips - before
-	}
-	// The first read looks (one query per index shard, one batch read).
-	if n, calls := read(now.Add(52 * time.Second)); n != 1 || calls != 3 {
-		t.Fatalf("first read: %d in flight in %d calls, want 1 in 3", n, calls)
-	}
-	// The lease expires at +60 s. A read at +61 s, 9 s after the last
-	// look, does not look again and still counts it.
-	if n, calls := read(now.Add(61 * time.Second)); n != 1 || calls != 1 {
-		t.Fatalf("read 9 s after the last look: %d in flight in %d calls, want 1 in 1", n, calls)
-	}
-	// 10 s after the last look, a read releases it (and the next one
-	// does not look again).
-	if n, calls := read(now.Add(62 * time.Second)); n != 0 || calls < 4 {
-		t.Fatalf("read 10 s after the last look: %d in flight in %d calls, want 0 after looking and releasing", n, calls)
-	}
-	if n, calls := read(now.Add(63 * time.Second)); n != 0 || calls != 1 {
-		t.Fatalf("the read after: %d in flight in %d calls, want 0 in 1", n, calls)
 	}
 }

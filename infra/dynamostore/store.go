@@ -1,11 +1,12 @@
 // Package dynamostore is the DynamoDB limiter.Store: window counters and
 // in-flight gauges as conditional counters, one item each, and a lease
-// table for the requests that hold a slot or a token reservation.
+// table holding one record per completed request that held a slot or a
+// token reservation.
 //
 // One admission is one round of parallel single-item writes: a conditional
-// UpdateItem (ADD with a ConditionExpression) per charged counter and a
-// PutItem of the lease. If any condition fails, the writes that succeeded
-// are compensated; the limit can be under-used for the few milliseconds
+// UpdateItem (ADD with a ConditionExpression) per charged counter, nothing
+// else (gauge.go says why no lease item is needed before completion). If
+// any condition fails, the writes that succeeded are compensated; the limit can be under-used for the few milliseconds
 // that takes, never over-admitted. A failed condition returns the item
 // (ReturnValuesOnConditionCheckFailure=ALL_OLD), so a refusal carries the
 // numbers for Retry-After with no second read. docs/design/storage.md has
@@ -21,7 +22,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -44,16 +44,12 @@ type API interface {
 	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
-	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
 // Options configure a Store.
 type Options struct {
 	API         API
 	TablePrefix string
-	// LeaseIndexShards spreads active leases over this many partitions of
-	// the by_expiry index, so that index is not one hot partition. Default 4.
-	LeaseIndexShards int
 	// RejectCacheTTL, when positive, lets this process refuse a charge on a
 	// window counter that refused within this long without a round trip,
 	// from the numbers the refusal returned. At most one second. Counters
@@ -64,8 +60,8 @@ type Options struct {
 	// TokenPrevRefresh is how long a closed token window's count is trusted
 	// before it is read again. Default 10 s.
 	TokenPrevRefresh time.Duration
-	// LeaseRetention is how long a finished or expired lease item is kept
-	// after its expiry, for the reconciler and for audits. Default 48 h.
+	// LeaseRetention is how long a lease's record is kept after its
+	// expiry, for the reconciler and for inspection. Default 48 h.
 	LeaseRetention time.Duration
 	// CompensationTimeout bounds the writes that undo a refused charge,
 	// which run even when the caller's context is done. Default 5 s.
@@ -73,13 +69,6 @@ type Options struct {
 	// ChargeTimeout bounds one admission's writes: after it a write that
 	// has not landed is taken not to land. Default 3 s.
 	ChargeTimeout time.Duration
-	// OrphanGrace is how old a slot whose lease does not exist must be
-	// before a full gauge's audit gives it back: longer than any admission
-	// takes to write its lease. Default 4 × ChargeTimeout.
-	OrphanGrace time.Duration
-	// AuditInterval is how often one process audits one full gauge for
-	// orphaned slots at most. Default 1 s.
-	AuditInterval time.Duration
 	Logger        *slog.Logger
 }
 
@@ -92,14 +81,12 @@ type Store struct {
 
 	prev    *lru.Cache[string, prevEntry]
 	rejects rejectCache
-	audits  *lru.Cache[string, time.Time] // when this process last audited a gauge
-	buckets *lru.Cache[string, int64]     // each bucket's last value seen, to guess its side
+	buckets *lru.Cache[string, int64] // each bucket's last value seen, to guess its side
 
 	wall func() time.Time // for TTLs only, never for decisions
 
 	roundTrips        atomic.Int64
 	eventualItemReads atomic.Int64
-	readReclaimed     atomic.Int64 // unix ns of the last read that released expired leases
 	wcuMilli          atomic.Int64 // consumed capacity × 1000
 	indexWCUMilli     atomic.Int64
 	txItems           atomic.Int64
@@ -117,9 +104,6 @@ func New(o Options) (*Store, error) {
 	if o.API == nil {
 		return nil, errors.New("dynamostore: no API client")
 	}
-	if o.LeaseIndexShards <= 0 {
-		o.LeaseIndexShards = 4
-	}
 	if o.RejectCacheTTL > time.Second {
 		return nil, errors.New("dynamostore: RejectCacheTTL over one second")
 	}
@@ -135,12 +119,6 @@ func New(o Options) (*Store, error) {
 	if o.ChargeTimeout <= 0 {
 		o.ChargeTimeout = 3 * time.Second
 	}
-	if o.OrphanGrace <= 0 {
-		o.OrphanGrace = 4 * o.ChargeTimeout
-	}
-	if o.AuditInterval <= 0 {
-		o.AuditInterval = time.Second
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,7 +129,6 @@ func New(o Options) (*Store, error) {
 		log:     o.Logger,
 		prev:    lru.New[string, prevEntry](maxPrevEntries),
 		rejects: rejectCache{lru.New[string, rejectEntry](maxRejectEntries)},
-		audits:  lru.New[string, time.Time](maxAuditEntries),
 		buckets: lru.New[string, int64](maxBucketEntries),
 		wall:    time.Now,
 	}, nil
@@ -164,7 +141,8 @@ func (s *Store) Tables() TableNames { return s.tables }
 type Stats struct {
 	RoundTrips int64 // API calls
 	// Capacity the successful calls consumed as the engine reports it:
-	// standard writes on the tables and on their indexes, and queries.
+	// standard writes on the tables and on their indexes (tollgate's
+	// tables have none any more), and queries.
 	WCU, IndexWCU, RCU float64
 	// ItemReads counts the items asked for by strongly consistent batch
 	// reads. AWS bills each 1 read unit (up to 4 KB), found or not;
@@ -213,7 +191,7 @@ func milli(v *float64) int64 {
 }
 
 // account adds what a call consumed. Reads and writes are told apart by
-// the call: isRead for BatchGetItem and Query.
+// the call: isRead for reads.
 func (s *Store) account(isRead bool, cc ...types.ConsumedCapacity) {
 	for _, c := range cc {
 		table := milli(c.CapacityUnits)
@@ -256,7 +234,7 @@ func (s *Store) Charge(ctx context.Context, now time.Time, charges []limiter.Cha
 		return out, nil
 	}
 	// The admission's writes land within ChargeTimeout or not at all: what
-	// tells an orphaned slot from one whose lease is still being written.
+	// lets the previous window's count be final (cache.go).
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ChargeTimeout)
 	defer cancel()
 	prevs, err := s.prevs(ctx, now, charges)
@@ -265,16 +243,18 @@ func (s *Store) Charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	}
 	out, full, err := s.charge(ctx, now, charges, keys, prevs, lease)
 	if err == nil && !out.Admitted && len(full) > 0 {
-		// A full gauge may hold slots no request uses any more: leases past
-		// their expiry (their process died), and slots whose lease ended
-		// without giving them back. Give those back; the limiter tries
-		// once more under a new lease.
-		released, rerr := s.reclaim(ctx, now, reclaimOnAdmission)
-		if rerr != nil {
-			s.log.Warn("reclaiming expired leases failed", "err", rerr)
+		// A full gauge may hold slots no request uses any more: those past
+		// their expiry (their process died, or their release failed).
+		// Give those back; the limiter tries once more under a new lease.
+		reclaimed := 0
+		for _, g := range full {
+			n, rerr := s.reclaim(ctx, now, g.key, g.entries)
+			if rerr != nil {
+				s.log.Warn("could not give back the expired slots of a full gauge", "counter", g.key, "err", rerr)
+			}
+			reclaimed += n
 		}
-		orphans := s.audit(ctx, now, full)
-		out.Reclaimed = released+orphans > 0
+		out.Reclaimed = reclaimed > 0
 	}
 	if err == nil && !out.Admitted {
 		s.rejects.remember(now, s.opts.RejectCacheTTL, charges, keys, out.States)
@@ -304,28 +284,19 @@ type addResult struct {
 	err      error
 }
 
-// fullGauge is a gauge that refused, with the slots it holds, for the
-// orphan audit.
+// fullGauge is a gauge that refused, with the slots it holds, for
+// reclaiming the expired ones.
 type fullGauge struct {
 	key     string
-	entries []string
+	entries [][]byte
 }
 
 // charge runs one round of parallel conditional writes, and compensates
 // them if any was refused or failed. It returns the gauges that refused.
 func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Charge, keys []string, prevs []int64, lease *limiter.Lease) (limiter.Outcome, []fullGauge, error) {
 	res := make([]addResult, len(charges))
-	held := make([][]string, len(charges)) // a refused gauge's slots
-	var leaseRes addResult
-	calls := len(charges)
-	if lease != nil {
-		calls++
-	}
-	parallel(calls, func(i int) {
-		if i == len(charges) {
-			leaseRes = s.putLease(ctx, lease)
-			return
-		}
+	held := make([][][]byte, len(charges)) // a refused gauge's slots
+	parallel(len(charges), func(i int) {
 		c := &charges[i]
 		if c.IsGauge() {
 			res[i], held[i] = s.acquire(ctx, keys[i], c, lease, now)
@@ -334,7 +305,7 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 		res[i] = s.add(ctx, keys[i], c, c.Ceiling(prevs[i], now), now)
 	})
 	states := make([]limiter.State, len(charges))
-	admitted := leaseRes.err == nil
+	admitted := true
 	var failure error
 	var full []fullGauge
 	for i, r := range res {
@@ -350,23 +321,18 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 			}
 		}
 	}
-	if leaseRes.err != nil {
-		failure = errors.Join(failure, leaseRes.err)
-	}
 	if admitted {
 		return limiter.Outcome{Admitted: true, States: states}, nil, nil
 	}
 	// Undo, even if the caller has gone: give back the slots (idempotent,
-	// so also those whose write may or may not have landed), take back the
-	// window charges known to have landed, and mark the lease refused so
-	// no sweep releases anything for it and no late write revives it. The
-	// caller waits for it only as long as its own deadline allows: a store
+	// so also those whose write may or may not have landed) and take back
+	// the window charges known to have landed. The caller waits for it only as long as its own deadline allows: a store
 	// that stopped answering delays no answer past it, and the undo goes
 	// on within its own timeout (the store's: CompensationTimeout).
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.undo(ctx, now, charges, keys, res, lease)
+		s.undo(ctx, charges, keys, res, lease)
 	}()
 	select {
 	case <-done:
@@ -388,18 +354,16 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 }
 
 // undo takes back what a charge that was not admitted wrote (see charge).
-func (s *Store) undo(ctx context.Context, now time.Time, charges []limiter.Charge, keys []string, res []addResult, lease *limiter.Lease) {
+func (s *Store) undo(ctx context.Context, charges []limiter.Charge, keys []string, res []addResult, lease *limiter.Lease) {
 	undo, cancel := s.undoContext(ctx)
 	defer cancel()
-	var unreleased atomic.Bool
 	parallel(len(charges), func(i int) {
 		c, r := &charges[i], res[i]
 		switch {
 		case r.applied == notApplied:
 		case c.IsGauge():
-			if _, err := s.releaseSlot(undo, keys[i], slotEntry(lease)); err != nil {
-				unreleased.Store(true)
-				s.log.Warn("could not give back a refused request's slot; the reconciler or the next full refusal will", "counter", keys[i], "err", err)
+			if _, err := s.deleteEntries(undo, keys[i], slotEntry(lease)); err != nil {
+				s.log.Warn("could not give back a refused request's slot; it is reclaimed at its expiry", "counter", keys[i], "err", err)
 			}
 		case r.applied == wasApplied:
 			if err := s.compensate(undo, keys[i], c); err != nil {
@@ -411,11 +375,6 @@ func (s *Store) undo(ctx context.Context, now time.Time, charges []limiter.Charg
 				"counter", keys[i], "amount", c.Amount)
 		}
 	})
-	if lease != nil {
-		if err := s.markRefused(undo, now, lease, !unreleased.Load()); err != nil {
-			s.log.Error("could not mark a refused lease; its slots are given back at its expiry", "lease", lease.ID, "err", err)
-		}
-	}
 }
 
 // undoContext bounds writes that must happen even when the caller has gone.
@@ -587,49 +546,6 @@ func (s *Store) compensate(ctx context.Context, key string, c *limiter.Charge) e
 		return nil
 	}
 	return awserr.Classify("compensate "+key+" (unverified; the charge stays counted)", err)
-}
-
-// indexShard names the by_expiry partition of a lease that holds a slot,
-// and is "" for one that holds none: only slots need releasing when a
-// process dies; a reservation stays charged anyway.
-func (s *Store) indexShard(l *limiter.Lease) string {
-	if !l.HoldsSlots() {
-		return ""
-	}
-	id := l.ID
-	h := uint32(2166136261)
-	for i := 0; i < len(id); i++ {
-		h = (h ^ uint32(id[i])) * 16777619
-	}
-	return fmt.Sprintf("a%d", h%uint32(s.opts.LeaseIndexShards))
-}
-
-// putLease writes a new lease. Resent after it landed, its condition
-// fails on the item it wrote: recognised by the admission instant, that is
-// success.
-func (s *Store) putLease(ctx context.Context, l *limiter.Lease) addResult {
-	s.roundTrips.Add(1)
-	out, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           &s.tables.Leases,
-		Item:                                leaseItem(l, s.indexShard(l), s.ttlAfter(l.ExpiresAt)),
-		ConditionExpression:                 aws.String("attribute_not_exists(#id)"),
-		ExpressionAttributeNames:            map[string]string{"#id": attrID},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		ReturnConsumedCapacity:              types.ReturnConsumedCapacityIndexes,
-	})
-	if err == nil {
-		s.accountOut(out.ConsumedCapacity)
-		return addResult{applied: wasApplied}
-	}
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		adm, _ := number(ccf.Item, attrAdmitted)
-		if str(ccf.Item, attrStatus) == StatusActive && adm == unixMilli(l.AdmittedAt) {
-			return addResult{applied: wasApplied}
-		}
-		return addResult{err: fmt.Errorf("lease %q already exists (%s)", l.ID, str(ccf.Item, attrStatus))}
-	}
-	return addResult{applied: mayHaveApplied, err: awserr.Classify("put lease", err)}
 }
 
 // parallel runs fn(0..n-1) concurrently and waits for all.

@@ -97,7 +97,8 @@ func convertEvent(v events.DynamoDBAttributeValue) dbtypes.AttributeValue {
 // source mapping on the lease table) into changes, each with its sequence
 // number as ID so a partial batch failure can name it. A record that does
 // not decode is returned as an error and left out: delivering it again
-// would not help.
+// would not help. An event does not name its shard, so its completions
+// carry no position: they are settled by a marker per lease.
 func FromEvent(e events.DynamoDBEvent) ([]reconcile.Change, []error) {
 	out := make([]reconcile.Change, 0, len(e.Records))
 	var errs []error

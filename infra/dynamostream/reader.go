@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/infra/awserr"
 	"github.com/tollgate/tollgate/infra/dynamostore"
+	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/reconcile"
 )
 
@@ -287,11 +288,18 @@ func (rd *Reader) open(ctx context.Context, shard types.Shard) (bool, error) {
 // shard's checkpoint to the last record.
 func (rd *Reader) batch(shardID string, recs []types.Record, closed bool) (*reconcile.Batch, error) {
 	changes := make([]reconcile.Change, 0, len(recs))
+	log := rd.tables.Leases + "|" + shardID
 	for _, r := range recs {
 		c, err := FromStreamRecord(r)
 		if err != nil {
 			rd.log.Error("skipping an undecodable stream record", "shard", shardID, "err", err)
 			continue
+		}
+		if c.Kind == reconcile.Completed && len(r.Dynamodb.OldImage) == 0 {
+			// A lease's one record, written at its completion: settled
+			// once by its place in the shard. (A lease an earlier version
+			// wrote at admission is settled by its marker, as then.)
+			c.Position = limiter.Position{Log: log, Order: padSeq(c.ID)}
 		}
 		changes = append(changes, c)
 	}

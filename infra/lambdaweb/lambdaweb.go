@@ -1,11 +1,13 @@
-// Package lambdaweb serves an http.Handler from Lambda behind API Gateway.
+// Package lambdaweb serves an http.Handler from Lambda, behind API
+// Gateway or a Lambda function URL.
 //
-// REST API events (v1) can be answered as a stream: API Gateway's response
-// streaming integration (GA since November 2025) reads the function's
-// response as it is written, so server-sent events reach the client chunk
-// by chunk. aws-lambda-go-api-proxy buffers whole responses (its Flush does
-// nothing), so the streaming adapter is this package's own; api-proxy
-// serves the buffered cases (REST without streaming, HTTP API v2).
+// REST API events (v1) and function URL events can be answered as a
+// stream: API Gateway's response streaming integration (GA since November
+// 2025) and a function URL whose invoke mode is RESPONSE_STREAM read the
+// function's response as it is written, so server-sent events reach the
+// client chunk by chunk. aws-lambda-go-api-proxy buffers whole responses
+// (its Flush does nothing), so the streaming adapters are this package's
+// own; api-proxy serves buffered REST and HTTP API v2 events.
 package lambdaweb
 
 import (
@@ -19,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -26,20 +29,35 @@ import (
 )
 
 // Handler returns a Lambda handler for h that accepts API Gateway REST API
-// (v1) and HTTP API (v2) events. With stream, REST events are answered as
-// a response stream (the integration must use the
-// response-streaming-invocations URI and transfer mode STREAM); without,
-// buffered. HTTP API events are always buffered.
+// (v1) and HTTP API (v2) events, and Lambda function URL events. With
+// stream, REST events are answered as a response stream (the integration
+// must use the response-streaming-invocations URI and transfer mode
+// STREAM) and function URL events too (the URL's invoke mode must be
+// RESPONSE_STREAM); without, both are buffered (a function URL's invoke
+// mode BUFFERED). HTTP API events are always buffered.
 func Handler(h http.Handler, stream bool, log *slog.Logger) func(context.Context, json.RawMessage) (any, error) {
 	v1 := httpadapter.New(h)
 	v2 := httpadapter.NewV2(h)
 	return func(ctx context.Context, raw json.RawMessage) (any, error) {
 		var probe struct {
-			Version string `json:"version"`
-			RawPath string `json:"rawPath"`
+			Version        string `json:"version"`
+			RawPath        string `json:"rawPath"`
+			RequestContext struct {
+				DomainName string `json:"domainName"`
+			} `json:"requestContext"`
 		}
 		_ = json.Unmarshal(raw, &probe)
 		if probe.Version == "2.0" || probe.RawPath != "" {
+			if isFunctionURL(probe.RequestContext.DomainName) {
+				var ev events.LambdaFunctionURLRequest
+				if err := json.Unmarshal(raw, &ev); err != nil {
+					return nil, fmt.Errorf("function URL event: %w", err)
+				}
+				if stream {
+					return StreamFunctionURL(ctx, h, ev, log)
+				}
+				return ServeFunctionURL(ctx, h, ev)
+			}
 			var ev events.APIGatewayV2HTTPRequest
 			if err := json.Unmarshal(raw, &ev); err != nil {
 				return nil, fmt.Errorf("HTTP API event: %w", err)
@@ -57,6 +75,11 @@ func Handler(h http.Handler, stream bool, log *slog.Logger) func(context.Context
 	}
 }
 
+// isFunctionURL reports whether an event's domain is a function URL's:
+// <url-id>.lambda-url.<region>.on.aws. A function URL's event has the
+// HTTP API v2 payload's shape; this is what tells them apart.
+func isFunctionURL(domain string) bool { return strings.Contains(domain, ".lambda-url.") }
+
 // Stream serves a REST API event with h and returns as soon as h has
 // decided its status and headers; the body follows through the returned
 // response's reader as h writes it, each write passed on at once.
@@ -65,6 +88,20 @@ func Stream(ctx context.Context, h http.Handler, ev events.APIGatewayProxyReques
 	if err != nil {
 		return nil, err
 	}
+	w, body, err := serveStream(ctx, h, req, log)
+	if err != nil {
+		return nil, err
+	}
+	return &events.APIGatewayProxyStreamingResponse{
+		StatusCode:        w.status,
+		MultiValueHeaders: w.sent,
+		Body:              body,
+	}, nil
+}
+
+// serveStream runs h on req and returns once h has decided its status
+// and headers, with the reader its body follows through.
+func serveStream(ctx context.Context, h http.Handler, req *http.Request, log *slog.Logger) (*streamWriter, io.Reader, error) {
 	pr, pw := io.Pipe()
 	w := &streamWriter{header: http.Header{}, body: pw, ready: make(chan struct{})}
 	go func() {
@@ -86,13 +123,9 @@ func Stream(ctx context.Context, h http.Handler, ev events.APIGatewayProxyReques
 	case <-w.ready:
 	case <-ctx.Done():
 		_ = pr.CloseWithError(ctx.Err())
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	return &events.APIGatewayProxyStreamingResponse{
-		StatusCode:        w.status,
-		MultiValueHeaders: w.sent,
-		Body:              pr,
-	}, nil
+	return w, pr, nil
 }
 
 // streamWriter is the http.ResponseWriter of a streamed answer. The pipe

@@ -30,10 +30,12 @@ const (
 	// Completed: the request finished and reported usage. Settle it.
 	Completed
 	// Expired: the lease expired without completing and its slots were
-	// released by a sweep. Its reservation stays charged.
+	// released by a sweep (a store that records leases at admission). Its
+	// reservation stays charged.
 	Expired
 	// Removed: the lease item was deleted while still active (TTL
-	// deletion of a lease no sweep expired). Release its slots.
+	// deletion of a lease no sweep expired, in a store that records leases
+	// at admission). Release its slots.
 	Removed
 	// Refused: the admission was refused after the lease was written (or
 	// its write's answer was lost). Its slots are released if that was not
@@ -49,10 +51,14 @@ func (k Kind) String() string {
 type Change struct {
 	// ID is the change's position in its source (a stream sequence
 	// number), what a partial batch failure names.
-	ID    string
-	Kind  Kind
-	Lease limiter.Lease
-	Used  limiter.Usage
+	ID string
+	// Position, set by a source that reads an ordered log, is what the
+	// completion's settlement carries (limiter.Position): the changes of
+	// one log come in its order.
+	Position limiter.Position
+	Kind     Kind
+	Lease    limiter.Lease
+	Used     limiter.Usage
 	// At is when the change was written (approximately); zero if unknown.
 	At time.Time
 	// Released says the lease's slots were given back when it ended. When
@@ -82,7 +88,9 @@ type Store interface {
 	// Settle applies settlements exactly once per lease; see limiter.Store.
 	Settle(ctx context.Context, settlements []limiter.Settlement) (int, error)
 	// Expire releases the slots of leases past their expiry that never
-	// completed, and returns how many.
+	// completed, and returns how many. A store whose slots stop counting
+	// at their expiry by themselves (the DynamoDB store's) has nothing to
+	// do.
 	Expire(ctx context.Context, now time.Time) (int, error)
 	// Release gives back the slots the leases hold, if they still do; it
 	// is idempotent, so releasing a slot given back before changes
@@ -154,7 +162,7 @@ type Report struct {
 	Expired    int // leases found expired (their slots released by a sweep)
 	Refused    int // refused admissions seen
 	Released   int // leases whose slots the reconciler released (removed, or not released when they ended)
-	Swept      int // expired leases this run's sweep released
+	Swept      int // expired leases this run's sweep released (Store.Expire)
 	// Lag is how far behind the newest change read was, when known.
 	Lag time.Duration
 	// Stopped is set when the run stopped early for its time budget.
@@ -293,7 +301,7 @@ func (rc *Reconciler) apply(ctx context.Context, changes []Change) (Report, erro
 		switch c.Kind {
 		case Completed:
 			rep.Completed++
-			settlements = append(settlements, limiter.Settlement{Lease: &c.Lease, Used: c.Used})
+			settlements = append(settlements, limiter.Settlement{Lease: &c.Lease, Used: c.Used, Position: c.Position})
 			route := c.Lease.Route
 			if route == "" {
 				route = "unknown"

@@ -292,61 +292,82 @@ func keyString(s []byte) string {
 // some): a body with one cannot be read one way for sure. The scan is
 // linear in the body.
 func Duplicate(b []byte) (name, path string, found bool) {
-	found = duplicate(b, "", &name, &path)
-	return name, path, found
+	name, parts, found := duplicate(b, nil)
+	if !found {
+		return "", "", false
+	}
+	var sb strings.Builder
+	for i := len(parts) - 1; i >= 0; i-- {
+		if !parts[i].index && sb.Len() > 0 {
+			sb.WriteByte('.')
+		}
+		sb.WriteString(parts[i].s)
+	}
+	return name, sb.String(), true
 }
 
-func duplicate(v []byte, at string, name, path *string) bool {
+// pathPart is a step of Duplicate's path: a member's name, or an
+// element's index ("[3]").
+type pathPart struct {
+	s     string
+	index bool
+}
+
+// duplicate finds Duplicate's member in v; the path to it is returned
+// innermost step first, built only once one is found: the scan of a body
+// without one allocates nothing but for escaped names.
+func duplicate(v []byte, parts []pathPart) (string, []pathPart, bool) {
 	i := skipSpace(v, 0)
 	if i >= len(v) {
-		return false
+		return "", parts, false
 	}
+	name, dup := "", false
 	switch v[i] {
 	case '{':
-		var seen []string
+		var buf [16][]byte
+		seen := buf[:0]
 		var set map[string]bool // past a few members, a set
-		dup := false
 		_ = Fields(v, func(k []byte, start, end int) bool {
-			key := keyString(k)
+			key := k[1 : len(k)-1]
+			if bytes.IndexByte(key, '\\') >= 0 {
+				key = []byte(keyString(k))
+			}
 			switch {
 			case set != nil:
-				dup = set[key]
-				set[key] = true
+				dup = set[string(key)]
+				set[string(key)] = true
 			default:
 				for _, s := range seen {
-					if s == key {
-						dup = true
-					}
+					dup = dup || bytes.Equal(s, key)
 				}
 				if seen = append(seen, key); len(seen) > 16 {
 					set = make(map[string]bool, 2*len(seen))
 					for _, s := range seen {
-						set[s] = true
+						set[string(s)] = true
 					}
 				}
 			}
-			child := key
-			if at != "" {
-				child = at + "." + key
-			}
 			if dup {
-				*name, *path = key, child
+				name = string(key)
+				parts = append(parts, pathPart{s: name})
 				return false
 			}
-			dup = duplicate(v[start:end], child, name, path)
+			if name, parts, dup = duplicate(v[start:end], parts); dup {
+				parts = append(parts, pathPart{s: string(key)})
+			}
 			return !dup
 		})
-		return dup
 	case '[':
-		dup, n := false, 0
+		n := 0
 		_ = Elements(v, func(e []byte) bool {
-			dup = duplicate(e, at+"["+strconv.Itoa(n)+"]", name, path)
+			if name, parts, dup = duplicate(e, parts); dup {
+				parts = append(parts, pathPart{s: "[" + strconv.Itoa(n) + "]", index: true})
+			}
 			n++
 			return !dup
 		})
-		return dup
 	}
-	return false
+	return name, parts, dup
 }
 
 // Folded returns the first member of the object obj whose name (as a
