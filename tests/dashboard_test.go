@@ -42,12 +42,15 @@ rate_limits:
   providers:
     - name: mock
       limits: [{period: minute, max_requests: 2000}]
+migrations:
+  - {name: mini, from: mock/gpt-4o, to: mock/gpt-4o-mini, scope: /mig, share: {start: 25, step: 25, every: 1h, max: 100}}
 `
 
 // The calls the page makes on each refresh (app.js: refresh): the live
 // overview always, the charts' stats every third time, and the data of
-// the tab in sight: the keys, the alerts or the audit trail.
-var dashboardCalls = []string{"/admin/overview", "/admin/stats", "/admin/keys", "/admin/providers", "/admin/alerts", "/admin/audit?since=168h&limit=50"}
+// the tab in sight: the keys, the providers, the migrations, the alerts
+// or the audit trail.
+var dashboardCalls = []string{"/admin/overview", "/admin/stats", "/admin/keys", "/admin/providers", "/admin/migrations", "/admin/alerts", "/admin/audit?since=168h&limit=50"}
 
 // dashboardTabCalls are the calls of the tabs that read their own data.
 var dashboardTabCalls = dashboardCalls[2:]
@@ -375,7 +378,9 @@ func barUsed(table, id, dim string) string {
 // reached and its 2 refusals counted on the row and in the chart; a stale
 // edit refused with 409 and saved on the current version; a reset dropping
 // the bar to 0; a budget charged; the rules of the mock provider; a key
-// created, used, revoked and then refused; the estimate error drawn once
+// created, used, revoked and then refused; a migration's share seen and
+// rolled back from the page, the gateway then sending its scope to the
+// old model; the estimate error drawn once
 // the reconciler settled; a hidden tab reading nothing for 4 s, then
 // reading again once shown. Every JavaScript exception, every error the
 // browser reports (a CSP violation would be one) and any console output
@@ -498,6 +503,37 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.step(t, "another model", chromedp.Clear(chromedp.CSS(`#applies-model`)), chromedp.SendKeys(chromedp.CSS(`#applies-model`), "gpt-4o-mini"))
 	b.until(t, "not the other model's rule", fmt.Sprintf(`!document.querySelector(%q) && !document.querySelector(%q)`,
 		rowSel("applies-always", "model:gpt-4o:minute"), rowSel("applies-caller", "model:gpt-4o:minute")))
+
+	// A migration: a quarter of /mig's tenants on gpt-4o-mini, seen on the
+	// page, then rolled back from it (after a confirmation): none then.
+	migrated := func() int {
+		n := 0
+		for i := range 20 {
+			res := in.do(t, "POST", "/v1/chat/completions", master, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`,
+				"X-Tollgate-User-Path", fmt.Sprintf("/mig/t%02d", i))
+			if res.StatusCode != 200 {
+				t.Fatalf("chat: %d", res.StatusCode)
+			}
+			if res.Header.Get("X-Tollgate-Migration") == "mini" && res.Header.Get("X-Tollgate-Model") == "gpt-4o-mini" {
+				n++
+			}
+		}
+		return n
+	}
+	before := migrated()
+	const migrationRow = `#migrations tr[data-migration="mini"]`
+	b.step(t, "migrations", chromedp.Click(chromedp.CSS(`#tabs [data-tab=migrations]`)))
+	b.until(t, "the migration's share", fmt.Sprintf(`(() => { const r = document.querySelector(%q); return !!r && r.dataset.state === 'running' &&
+		r.querySelector('.bar[data-dim=share]').dataset.used === '25' && r.textContent.includes('started') && !!r.querySelector('[data-action=pause]') })()`, migrationRow))
+	b.shot(t, "migrations")
+	b.step(t, "roll back", chromedp.Click(chromedp.CSS(migrationRow+` [data-action=rollback]`)))
+	b.until(t, "rolled back", fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r.dataset.state === 'rolled_back' &&
+		r.querySelector('.bar[data-dim=share]').dataset.used === '0' && r.textContent.includes('rolled back: by master') && !!r.querySelector('[data-action=resume]') &&
+		!r.querySelector('[data-action=rollback]') })()`, migrationRow))
+	if after := migrated(); before == 0 || after != 0 {
+		t.Fatalf("%d of 20 tenants of /mig migrated before the rollback, %d after; want some, then none", before, after)
+	}
+	t.Logf("%d of 20 tenants of /mig migrated at 25 %%, none after the rollback from the page", before)
 
 	// A key: its secret shown once, then revoked.
 	b.step(t, "create a key", chromedp.Click(chromedp.CSS(`#tabs [data-tab=keys]`)),

@@ -38,6 +38,7 @@ type store interface {
 	Audit(ctx context.Context, q configstore.AuditQuery) (configstore.AuditPage, error)
 	PutDowngrade(ctx context.Context, d configstore.Downgrade) error
 	DeleteDowngrade(ctx context.Context, key string) error
+	configstore.Migrators
 }
 
 // The same behaviour from both stores.
@@ -283,6 +284,7 @@ func suite(t *testing.T, open func(t *testing.T) store) {
 			t.Fatalf("after a replacement and a delete: %+v", snap.Downgrades)
 		}
 	})
+	t.Run("Migrations", func(t *testing.T) { migrationSuite(t, open(t)) })
 	t.Run("AlertsFireOncePerPeriod", func(t *testing.T) { alertSuite(t, open(t)) })
 	t.Run("AuditPages", func(t *testing.T) { auditSuite(t, open(t)) })
 }
@@ -416,5 +418,97 @@ func auditSuite(t *testing.T, s store) {
 	}
 	if _, err := s.Audit(ctx, configstore.AuditQuery{Cursor: "nonsense"}); !errors.Is(err, configstore.ErrBadCursor) {
 		t.Fatalf("a bad cursor: %v", err)
+	}
+}
+
+// A migration's share moves by conditional writes: of two writers that
+// read the same state one wins and the other is told the migration moved,
+// whether it was never written or had been; each write moves the store's
+// version; what two instances count of one interval adds up (apart from
+// another interval's); the history keeps the last 20 steps.
+func migrationSuite(t *testing.T, s store) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	read := func() configstore.MigrationState {
+		t.Helper()
+		snap, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.Migrations["mini"]
+	}
+	v0, _ := s.Version(ctx)
+	var zero configstore.MigrationState
+	for _, from := range []configstore.MigrationState{zero, zero.Then(t0, 1000, "started")} {
+		if from.V > 0 { // the second round: from as the first round left it
+			from = read()
+		}
+		wins := 0
+		for i, share := range []int64{from.Share + 4000, from.Share + 10} {
+			next := from.Then(t0.Add(time.Duration(from.V)*time.Minute), share, fmt.Sprintf("writer %d", i))
+			switch err := s.StepMigration(ctx, "mini", from, next); {
+			case err == nil:
+				wins++
+			case !errors.Is(err, configstore.ErrMigrationMoved):
+				t.Fatalf("writer %d from v%d: %v, want ErrMigrationMoved", i, from.V, err)
+			}
+		}
+		got := read()
+		if wins != 1 || got.V != from.V+1 || got.Share != from.Share+4000 || len(got.History) != int(from.V)+1 ||
+			got.History[from.V].Why != "writer 0" || !got.At.Equal(t0.Add(time.Duration(from.V)*time.Minute)) {
+			t.Fatalf("two writers from v%d: %d won, the store has %+v", from.V, wins, got)
+		}
+	}
+	if v1, _ := s.Version(ctx); v1 == v0 {
+		t.Fatal("stepping a migration did not move the store's version")
+	}
+	st := read()
+	held := st.Then(t0.Add(time.Hour), st.Share, "paused: by master")
+	held.Paused, held.RolledBack, held.Holding = true, true, "upstream_429_rate 0.08 above 0.02"
+	if err := s.StepMigration(ctx, "mini", st, held); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); !got.Paused || !got.RolledBack || got.Holding != held.Holding {
+		t.Fatalf("a paused, rolled back, holding migration read back as %+v", got)
+	}
+
+	// Two instances' counts of one interval, and another interval's.
+	a := configstore.MigrationCounts{Answers: 40, RateLimited: 2, Errors: 1}
+	b := configstore.MigrationCounts{Answers: 60, RateLimited: 3}
+	for i := range 40 {
+		a.ToLatency.Add(20)
+		b.FromLatency.Add(int64(5 + i%2))
+	}
+	for _, c := range []configstore.MigrationCounts{a, b} {
+		if err := s.AddMigrationCounts(ctx, "mini", t0, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddMigrationCounts(ctx, "mini", t0.Add(5*time.Second), configstore.MigrationCounts{Answers: 7}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.MigrationCounts(ctx, "mini", t0)
+	if err != nil || c.Answers != 100 || c.RateLimited != 5 || c.Errors != 1 || c.ToLatency.N() != 40 || c.FromLatency.N() != 40 ||
+		c.ToLatency.Quantile(0.95) != 23 || c.FromLatency.Quantile(0.95) != 6 {
+		t.Fatalf("two instances' counts added up to %+v (%v), want 100 answers, 5 429s, 1 error, 40 latencies each", c, err)
+	}
+	if c, _ := s.MigrationCounts(ctx, "mini", t0.Add(5*time.Second)); c.Answers != 7 {
+		t.Fatalf("the next interval's counts: %+v", c)
+	}
+	if c, _ := s.MigrationCounts(ctx, "other", t0); c.Answers != 0 {
+		t.Fatalf("another migration's counts: %+v", c)
+	}
+
+	// The history keeps the last 20 steps.
+	for i := range 25 {
+		st := read()
+		if err := s.StepMigration(ctx, "mini", st, st.Then(t0.Add(2*time.Hour+time.Duration(i)*time.Minute), int64(i*100), fmt.Sprintf("step %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := read()
+	if len(got.History) != 20 || got.History[0].Why != "step 5" || got.History[19].Why != "step 24" || got.Share != 2400 ||
+		!got.History[19].At.Equal(t0.Add(2*time.Hour+24*time.Minute)) {
+		t.Fatalf("after 28 writes the history is %d long, %+v … %+v", len(got.History), got.History[0], got.History[len(got.History)-1])
 	}
 }

@@ -14,7 +14,7 @@ const API = location.pathname.replace(/\/ui\/?$/, '/');
 const REFRESH_MS = 3000;
 const STATS_EVERY = 3;
 
-const state = { overview: null, stats: null, keys: null, alerts: null, audit: null, auditCursor: '', who: null, tab: 'limits', tick: 0, timer: 0, noticeTimer: 0, busy: false, again: false, editing: { rule: null, budget: null } };
+const state = { overview: null, stats: null, keys: null, migrations: null, alerts: null, audit: null, auditCursor: '', who: null, tab: 'limits', tick: 0, timer: 0, noticeTimer: 0, busy: false, again: false, editing: { rule: null, budget: null } };
 
 // --- DOM helpers ---
 
@@ -121,7 +121,7 @@ async function signIn(ev) {
 function signOut(message) {
   sessionStorage.removeItem(KEY);
   state.who = null;
-  state.stats = state.alerts = state.audit = state.keys = null;
+  state.stats = state.alerts = state.audit = state.keys = state.migrations = null;
   clearTimeout(state.timer);
   state.timer = 0;
   show($('#app'), false);
@@ -158,8 +158,10 @@ function applyWho() {
   const badge = $('#who');
   badge.textContent = partner ? 'partner ' + w.actor + ' · ' + w.user_path : '';
   show(badge, partner);
+  // The provider view and the migrations are the master key's.
   show($('#tabs [data-tab=applies]'), !partner);
-  if (partner && state.tab === 'applies') selectTab('limits');
+  show($('#tabs [data-tab=migrations]'), !partner);
+  if (partner && (state.tab === 'applies' || state.tab === 'migrations')) selectTab('limits');
   for (const f of [$('#rule-form'), $('#budget-form')]) {
     for (const o of f.elements.scope.options) o.disabled = partner && o.value !== 'user_path';
     f.elements.subject.placeholder = partner ? w.user_path + '/…' : '/team, openai, gpt-4o, feature=x, key id';
@@ -183,7 +185,7 @@ async function refresh() {
     if (state.tick % STATS_EVERY === 0 || !state.stats) reads.push(call('GET', 'stats').catch((e) => (e.status === 404 ? null : Promise.reject(e))));
     else reads.push(undefined);
     // The tab in sight reads its own data; the others read nothing.
-    const tabRead = { keys: () => call('GET', 'keys'), applies: () => call('GET', 'providers'), alerts: () => call('GET', 'alerts').catch((e) => (e.status === 404 ? null : Promise.reject(e))),
+    const tabRead = { keys: () => call('GET', 'keys'), applies: () => call('GET', 'providers'), migrations: () => call('GET', 'migrations'), alerts: () => call('GET', 'alerts').catch((e) => (e.status === 404 ? null : Promise.reject(e))),
       audit: () => call('GET', 'audit?since=168h&limit=50&cursor=' + encodeURIComponent(state.auditCursor) + '&subject=' + encodeURIComponent($('#audit-subject').value.trim())) }[state.tab];
     reads.push(tabRead ? tabRead() : undefined);
     const [overview, stats, tabData] = await Promise.all(reads);
@@ -192,6 +194,7 @@ async function refresh() {
     if (tabData !== undefined) {
       if (state.tab === 'keys') state.keys = tabData.keys;
       if (state.tab === 'applies') state.providers = tabData;
+      if (state.tab === 'migrations') state.migrations = tabData.migrations;
       if (state.tab === 'alerts') state.alerts = tabData;
       if (state.tab === 'audit') state.audit = tabData;
     }
@@ -218,6 +221,7 @@ function render() {
   renderBudgets();
   renderApplies();
   renderKeys();
+  renderMigrations();
   renderCharts();
   renderOps();
   renderAlerts();
@@ -631,6 +635,68 @@ async function createKey(ev) {
   refresh();
 }
 
+// --- migrations ---
+
+const MIGRATION_STATES = { pending: 'pending', running: 'running', holding: 'holding', paused: 'paused', rolled_back: 'rolled back', complete: 'complete' };
+
+// nextStep says when a migration steps next, or why it does not.
+function nextStep(m) {
+  const every = 'every ' + m.every + ', +' + m.step + ' points up to ' + m.max + ' %';
+  switch (m.state) {
+    case 'running':
+    case 'holding':
+      return [new Date(m.next_step_at).toLocaleTimeString() + (m.state === 'holding' ? ' (if the next interval answers well)' : ''), every];
+    case 'pending': return ['when an instance first sees it (then at ' + m.share + ' %)', every];
+    case 'paused': return ['none while paused: Resume lets it step', every];
+    case 'rolled_back': return ['none: everything goes to ' + m.from + '; Resume starts again at the start', every];
+    default: return ['none: at its maximum', ''];
+  }
+}
+
+// migrationShare is a bar of the share on the new model, out of 100 %.
+function migrationShare(m) {
+  const fill = el('div', { class: 'fill' });
+  fill.style.width = Math.min(100, m.share).toFixed(1) + '%';
+  return el('div', { class: 'bar share', 'data-dim': 'share', 'data-used': String(m.share), 'data-limit': '100' },
+    el('span', { text: m.to }), el('div', { class: 'track' }, fill), el('span', { class: 'num', text: m.share + ' % (max ' + m.max + ' %)' }));
+}
+
+function migrationActions(m) {
+  const path = 'migrations/' + encodeURIComponent(m.name) + '/';
+  const out = [];
+  if (m.state === 'paused' || m.state === 'rolled_back') {
+    out.push(el('button', { class: 'small quiet', 'data-action': 'resume', text: 'Resume',
+      on: { click: () => act(() => call('POST', path + 'resume'), m.name + ': resumed') } }));
+  } else {
+    out.push(el('button', { class: 'small quiet', 'data-action': 'pause', text: 'Pause', title: 'Keep the share where it is',
+      on: { click: () => act(() => call('POST', path + 'pause'), m.name + ': paused') } }));
+  }
+  if (m.state !== 'rolled_back') {
+    out.push(' ', el('button', { class: 'small danger', 'data-action': 'rollback', text: 'Roll back',
+      on: { click: () => confirm('Roll back ' + m.name + '? Every request goes to ' + m.from + ' at once, on every instance within seconds.') &&
+        act(() => call('POST', path + 'rollback'), m.name + ': rolled back') } }));
+  }
+  return out;
+}
+
+function renderMigrations() {
+  if (!state.migrations) return;
+  const rows = state.migrations.map((m) => {
+    const [next, every] = nextStep(m);
+    const steps = (m.history || []).slice(-5).reverse().map((s) => el('li', { text: new Date(s.at).toLocaleTimeString() + ' · ' + s.share + ' % · ' + s.why }));
+    return el('tr', { 'data-migration': m.name, 'data-state': m.state, 'data-share': String(m.share) },
+      el('td', {}, el('span', { class: 'rule-id', text: m.name }), el('div', { class: 'muted', text: m.from + ' → ' + m.to }),
+        el('div', { class: 'muted', text: 'scope ' + m.scope })),
+      el('td', {}, migrationShare(m)),
+      el('td', {}, el('span', { class: 'badge state ' + m.state, text: MIGRATION_STATES[m.state] || m.state }),
+        m.holding ? el('div', { class: 'holding', text: 'holds: ' + m.holding }) : null),
+      el('td', { class: 'next-step' }, next, el('div', { class: 'muted', text: every })),
+      el('td', {}, steps.length ? el('ul', { class: 'steps' }, steps) : el('span', { class: 'muted', text: 'none yet' })),
+      el('td', { class: 'row-actions' }, migrationActions(m)));
+  });
+  table('#migrations', rows, 6, 'No migrations are configured.');
+}
+
 // --- charts ---
 
 const PALETTE = ['#3456d1', '#d1423f', '#2e9d63', '#d48a06', '#7a4cc2', '#128a9a', '#b5477d', '#5d6b82'];
@@ -822,7 +888,7 @@ function selectTab(name) {
   state.tab = name;
   for (const b of document.querySelectorAll('#tabs .tab')) b.classList.toggle('active', b.dataset.tab === name);
   for (const p of document.querySelectorAll('.tabpane')) show(p, p.id === 'tab-' + name);
-  if (['keys', 'applies', 'charts', 'ops', 'alerts', 'audit'].includes(name)) refresh();
+  if (['keys', 'applies', 'migrations', 'charts', 'ops', 'alerts', 'audit'].includes(name)) refresh();
 }
 
 document.addEventListener('DOMContentLoaded', () => {
