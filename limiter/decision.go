@@ -191,6 +191,10 @@ func (r *Refusal) periodWord() string {
 			return PeriodName(lim.Period)
 		}
 		return strconv.FormatInt(int64(lim.Period/time.Second), 10) + "-second"
+	case Gauge:
+		if lim.Streams {
+			return "streaming"
+		}
 	}
 	return PeriodConcurrent
 }

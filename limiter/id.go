@@ -95,6 +95,8 @@ func limitOfID(period string, budget bool) (Limit, error) {
 		return Bucket{Tokens: true}, nil
 	case PeriodConcurrent:
 		return Gauge{}, nil
+	case PeriodStreams:
+		return Gauge{Streams: true}, nil
 	}
 	p, err := ParsePeriod(period)
 	if err != nil {

@@ -64,9 +64,14 @@ type Window struct {
 
 // Gauge limits the requests in flight: each admitted request holds one of
 // MaxInFlight slots until it completes or its lease expires. Zero is no
-// limit.
+// limit. With Streams it counts streaming requests only (config's
+// max_streams: its own counter, beside the subject's concurrent one), and
+// MaxDuration, when set, is how long a stream it admits may run (the
+// lease's MaxStreamDuration).
 type Gauge struct {
 	MaxInFlight int64
+	Streams     bool
+	MaxDuration time.Duration
 }
 
 // Budget limits money: MaxCost micro-dollars per Calendar period in
@@ -164,8 +169,20 @@ func (w Window) LimitProblems() []error {
 	return errs
 }
 
-func (g Gauge) keyPeriod() string            { return "c" }
-func (g Gauge) periodName() string           { return PeriodConcurrent }
+func (g Gauge) keyPeriod() string {
+	if g.Streams {
+		return "cs"
+	}
+	return "c"
+}
+
+func (g Gauge) periodName() string {
+	if g.Streams {
+		return PeriodStreams
+	}
+	return PeriodConcurrent
+}
+
 func (g Gauge) dimensions() []Kind           { return gaugeDimensions }
 func (g Gauge) span() time.Duration          { return 0 }
 func (g Gauge) fairDimension() (Kind, int64) { return KindInFlight, g.MaxInFlight }
@@ -185,6 +202,12 @@ func (g Gauge) problems(r *Rule) []error {
 	}
 	errs = append(errs, amountProblems("max_requests", g.MaxInFlight)...)
 	errs = append(errs, shardProblems(r)...)
+	switch {
+	case g.MaxDuration != 0 && !g.Streams:
+		errs = append(errs, errors.New("max_stream_duration: bounds the streams of a max_streams limit"))
+	case g.MaxDuration < 0:
+		errs = append(errs, fmt.Errorf("max_stream_duration: negative duration %v", g.MaxDuration))
+	}
 	if g.MaxInFlight > int64(MaxSlotsPerShard)*int64(max(r.Shards, 1)) {
 		errs = append(errs, fmt.Errorf("max_requests: %d in flight is more than %d per shard; set shards to at least %d",
 			g.MaxInFlight, MaxSlotsPerShard, (g.MaxInFlight+MaxSlotsPerShard-1)/MaxSlotsPerShard))

@@ -94,6 +94,9 @@ type Request struct {
 	// nothing: a batch submission, whose file may mix models and whose
 	// usage arrives much later.
 	ConsumerOnly bool
+	// Stream is set for a streaming request: max_streams gauges
+	// (Gauge.Streams) count those only.
+	Stream bool
 	// Class is the request's traffic class, for fair shares by class.
 	Class string
 	// LeaseTTL, when set, is how long the lease holds its slots instead of

@@ -616,3 +616,44 @@ func TestConcurrencyShardsChange(t *testing.T) {
 		t.Fatalf("%d admitted on the new layout with 2 old slots still held, want 2", n)
 	}
 }
+
+// A streams gauge (max_streams) beside the subject's concurrency gauge:
+// its own counter and id, counting streaming requests only, the shortest
+// max_stream_duration on the lease, its slot given back at completion.
+func TestStreamsGaugeCountsStreamsOnly(t *testing.T) {
+	streams := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/live", Limit: limiter.Gauge{MaxInFlight: 1, Streams: true, MaxDuration: time.Minute}}
+	all := limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/live", Limit: limiter.Gauge{MaxInFlight: 3}}
+	if streams.Key() == all.Key() || streams.ID() != "user_path:/live:streams" {
+		t.Fatalf("the streams gauge is %s (key %s), the other %s", streams.ID(), streams.Key(), all.Key())
+	}
+	if back, err := limiter.ParseRuleID(streams.ID()); err != nil || back.Key() != streams.Key() {
+		t.Fatalf("ParseRuleID(%s) = %v, %v", streams.ID(), back.Key(), err)
+	}
+	if err := (limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/x", Limit: limiter.Gauge{MaxInFlight: 1, MaxDuration: time.Second}}).Validate(); err == nil {
+		t.Fatal("a max_stream_duration on a gauge that counts every request is accepted")
+	}
+	l := newLimiter(t, streams, all)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	stream := func() limiter.Request { r := request("/live/a", "openai", "gpt-4o"); r.Stream = true; return r }
+	first := admit(t, l, now, stream())
+	if !first.Allowed || first.Lease.MaxStreamDuration != time.Minute {
+		t.Fatalf("the first stream: %+v", first)
+	}
+	if d := admit(t, l, now, stream()); d.Allowed || d.Refused.Rule.Key() != streams.Key() {
+		t.Fatalf("a second stream: %+v, want refused by the streams gauge", d)
+	}
+	for i := range 2 {
+		if d := admit(t, l, now, request("/live/b", "openai", "gpt-4o")); !d.Allowed || d.Lease.MaxStreamDuration != 0 {
+			t.Fatalf("request %d that does not stream: %+v", i, d)
+		}
+	}
+	if err := l.Complete(context.Background(), now, first.Lease, limiter.Usage{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := admit(t, l, now, stream()); !d.Allowed {
+		t.Fatalf("a stream once the first completed: %+v", d.Refused)
+	}
+	if d := admit(t, l, now, request("/live/c", "openai", "gpt-4o")); d.Allowed || d.Refused.Rule.Key() != all.Key() {
+		t.Fatal("a fourth request in flight, streams counted, is admitted past the concurrency gauge's 3")
+	}
+}

@@ -24,6 +24,8 @@ type planner struct {
 	// slot is set when a gauge is charged, so the lease holds a slot;
 	// settles when a token or money counter is, so the lease is settled.
 	slot, settles bool
+	// streamFor is the shortest MaxDuration of the stream gauges charged.
+	streamFor time.Duration
 }
 
 // plan turns matched rules into charges, and the lease that holds them
@@ -61,7 +63,9 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 	if !p.slot && (!p.settles || req.ConsumerOnly) {
 		return p.charges, nil
 	}
-	return p.charges, newLease(now, cmp.Or(req.LeaseTTL, l.leaseTTL), &req, p.charges)
+	lease := newLease(now, cmp.Or(req.LeaseTTL, l.leaseTTL), &req, p.charges)
+	lease.MaxStreamDuration = p.streamFor
+	return p.charges, lease
 }
 
 // newLease is the lease of a request's planned charges, which hold a
@@ -164,8 +168,11 @@ func (w Window) plan(p *planner, m match) {
 
 // plan takes a slot, but for a consumer-only request, which holds none.
 func (g Gauge) plan(p *planner, m match) {
-	if p.req.ConsumerOnly || g.MaxInFlight <= 0 {
+	if p.req.ConsumerOnly || g.MaxInFlight <= 0 || g.Streams && !p.req.Stream {
 		return
+	}
+	if g.MaxDuration > 0 && (p.streamFor == 0 || g.MaxDuration < p.streamFor) {
+		p.streamFor = g.MaxDuration
 	}
 	if m.rule.FairShare != nil {
 		p.fair(m, KindInFlight, g.MaxInFlight, 1)

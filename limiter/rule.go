@@ -77,6 +77,10 @@ func ParseScope(s string) (Scope, error) {
 // admin API and rule IDs.
 const PeriodConcurrent = "concurrent"
 
+// PeriodStreams is the period name of a gauge of streaming requests
+// (Gauge.Streams; config's max_streams): its rule id ends in ":streams".
+const PeriodStreams = "streams"
+
 // MaxSlotsPerShard bounds a concurrency rule's slots per shard: a store
 // may keep one shard's slots in one item (the DynamoDB store keeps the
 // ids of the leases holding them), whose size every slot write pays for.

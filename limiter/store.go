@@ -253,6 +253,10 @@ type Lease struct {
 	// Charges lists every counter the request charged; Settle uses the token
 	// counters among them, release the in-flight ones.
 	Charges []Charge
+	// MaxStreamDuration, when set, is how long the stream the lease
+	// admitted may run: the shortest max_stream_duration of the
+	// max_streams rules that admitted it (the gateway's, not stored).
+	MaxStreamDuration time.Duration
 }
 
 // HoldsSlots reports whether the lease holds in-flight slots (a gauge's

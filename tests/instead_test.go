@@ -309,6 +309,8 @@ rate_limits:
   user_paths:
     - path: /team
       limits: [{period: concurrent, max_requests: 1}]
+    - path: /live
+      limits: [{max_streams: 1, max_stream_duration: 1s}]
 `
 
 // A stream past its class's max_stream_duration ends with the protocol's
@@ -317,53 +319,11 @@ rate_limits:
 // stream with cut_at_reservation is sent upstream capped at its
 // reservation, and the answer says so.
 func TestStreamsEndAtTheirDuration(t *testing.T) {
-	chunk := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(200)
-		n := 50 // 10 s at most: the gateway ends it after 1
-		if body, _ := io.ReadAll(r.Body); bytes.Contains(body, []byte(`"max_tokens"`)) {
-			n = 2 // capped: it ends at its cap
-		}
-		for range n {
-			if _, err := w.Write(chunk); err != nil || r.Context().Err() != nil {
-				return
-			}
-			http.NewResponseController(w).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		_, _ = w.Write([]byte("data: [DONE]\n\n"))
-	})
+	up := slowStreams(t)
 	in := newInstance(t, dynamotest.Prefix(t), time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 		config.Env{"OPENAI_API_KEY": "k", "TOLLGATE_CONFIG": writeConfig(t, strings.ReplaceAll(streamsConfig, "UPSTREAM", up.URL))})
 	const body = `{"model":"openai/gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	started := time.Now()
-	res := in.do(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/a", "X-Tollgate-Class", "interactive")
-	got, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	took := time.Since(started)
-	events := splitEvents(got)
-	if res.StatusCode != 200 || len(events) < 3 {
-		t.Fatalf("the stream: %d, %d events: %s", res.StatusCode, len(events), got)
-	}
-	last, end := events[len(events)-2], events[len(events)-1]
-	var e struct {
-		Error struct{ Code, Type, Message string } `json:"error"`
-	}
-	if err := json.Unmarshal(bytes.TrimSpace(bytes.TrimPrefix(last, []byte("data: "))), &e); err != nil ||
-		e.Error.Code != "stream_duration_exceeded" || string(bytes.TrimSpace(end)) != "data: [DONE]" {
-		t.Fatalf("the stream does not end with an error chunk and [DONE]: %q then %q", last, end)
-	}
-	if took < time.Second || took > 5*time.Second {
-		t.Fatalf("the stream ended after %v, want about its 1s", took)
-	}
-	if !strings.Contains(in.logs.String(), `"msg":"stream ended at its max_stream_duration"`) {
-		t.Fatal("the cut is not logged")
-	}
+	streamEndsAfterASecond(t, in, body, "X-Tollgate-User-Path", "/team/a", "X-Tollgate-Class", "interactive")
 	// Its slot is back: a request of the same team, one at a time, goes.
 	next := in.do(t, "POST", "/v1/chat/completions", master, body, "X-Tollgate-User-Path", "/team/b", "X-Tollgate-Class", "batch")
 	b, _ := io.ReadAll(next.Body)
@@ -380,6 +340,105 @@ func TestStreamsEndAtTheirDuration(t *testing.T) {
 	if err := json.Unmarshal(up.last(t).Body, &sent); err != nil || sent.MaxTokens != 50 {
 		t.Fatalf("a batch stream with cut_at_reservation went upstream with max_tokens %d, want its reservation 50", sent.MaxTokens)
 	}
+}
+
+// max_streams: 1 counts streams apart: with one stream running, a second
+// is refused by the streams rule, a request that does not stream is not;
+// the rule's max_stream_duration ends the first, and then another stream
+// goes.
+func TestMaxStreamsCountsStreamsOnly(t *testing.T) {
+	up := slowStreams(t)
+	in := newInstance(t, dynamotest.Prefix(t), time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+		config.Env{"OPENAI_API_KEY": "k", "TOLLGATE_CONFIG": writeConfig(t, strings.ReplaceAll(streamsConfig, "UPSTREAM", up.URL))})
+	const stream = `{"model":"openai/gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		streamEndsAfterASecond(t, in, stream, "X-Tollgate-User-Path", "/live/a")
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for up.calls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // until the first stream is upstream
+	}
+	res := in.do(t, "POST", "/v1/chat/completions", master, stream, "X-Tollgate-User-Path", "/live/b")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 429 || res.Header.Get("X-Tollgate-Rule") != "user_path:/live:streams" {
+		t.Fatalf("a second stream while one runs: %d by %q, want 429 by user_path:/live:streams", res.StatusCode, res.Header.Get("X-Tollgate-Rule"))
+	}
+	if s, b := in.call(t, "POST", "/v1/chat/completions", master, strings.Replace(stream, `"stream":true`, `"stream":false`, 1),
+		"X-Tollgate-User-Path", "/live/c"); s != 200 {
+		t.Fatalf("a request that does not stream, while a stream runs: %d %s", s, b)
+	}
+	<-first
+	if s, _ := in.call(t, "POST", "/v1/chat/completions", master, strings.Replace(stream, `"stream":true`, `"stream":true,"max_tokens":2`, 1),
+		"X-Tollgate-User-Path", "/live/b"); s != 200 {
+		t.Fatalf("a stream after the first ended: %d", s)
+	}
+}
+
+// streamEndsAfterASecond sends a stream that the upstream would keep up
+// for 10 s and checks that the gateway ends it after about a second with
+// OpenAI's error chunk and [DONE].
+func streamEndsAfterASecond(t *testing.T, in *instance, body string, hdr ...string) {
+	t.Helper()
+	started := time.Now()
+	res := in.do(t, "POST", "/v1/chat/completions", master, body, hdr...)
+	got, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	took := time.Since(started)
+	events := splitEvents(got)
+	if res.StatusCode != 200 || len(events) < 3 {
+		t.Errorf("the stream: %d, %d events: %s", res.StatusCode, len(events), got)
+		return
+	}
+	last, end := events[len(events)-2], events[len(events)-1]
+	var e struct {
+		Error struct{ Code, Type, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(bytes.TrimPrefix(last, []byte("data: "))), &e); err != nil ||
+		e.Error.Code != "stream_duration_exceeded" || string(bytes.TrimSpace(end)) != "data: [DONE]" {
+		t.Errorf("the stream does not end with an error chunk and [DONE]: %q then %q", last, end)
+	}
+	if took < time.Second || took > 5*time.Second {
+		t.Errorf("the stream ended after %v, want about its 1s", took)
+	}
+	if !strings.Contains(in.logs.String(), `"msg":"stream ended at its max_stream_duration"`) {
+		t.Error("the cut is not logged")
+	}
+}
+
+// slowStreams is an upstream whose streams last 10 s (50 chunks, 200 ms
+// apart) unless capped, when they end after 2 chunks, and which answers
+// a request that does not stream at once.
+func slowStreams(t *testing.T) *fakeUpstream {
+	chunk := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
+	answer := replay(t, "openai_chat.json", 200)
+	return newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !bytes.Contains(body, []byte(`"stream":true`)) {
+			answer(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		n := 50 // 10 s at most: the gateway ends it after 1
+		if bytes.Contains(body, []byte(`"max_tokens"`)) {
+			n = 2 // capped: it ends at its cap
+		}
+		for range n {
+			if _, err := w.Write(chunk); err != nil || r.Context().Err() != nil {
+				return
+			}
+			http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	})
 }
 
 // A downgrade set through the admin API is one the configuration could

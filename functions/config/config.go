@@ -267,7 +267,12 @@ type limitSpec struct {
 	MaxTokens       int64  `yaml:"max_tokens" json:"max_tokens"`
 	MaxInputTokens  int64  `yaml:"max_input_tokens" json:"max_input_tokens"`
 	MaxOutputTokens int64  `yaml:"max_output_tokens" json:"max_output_tokens"`
-	Shards          int    `yaml:"shards" json:"shards"`
+	// MaxStreams limits the streaming requests in flight, apart from the
+	// rest (a gauge of its own); MaxStreamDuration bounds how long each
+	// may run.
+	MaxStreams        int64  `yaml:"max_streams" json:"max_streams"`
+	MaxStreamDuration string `yaml:"max_stream_duration" json:"max_stream_duration"`
+	Shards            int    `yaml:"shards" json:"shards"`
 	// Window is sliding (default) or fixed.
 	Window string `yaml:"window" json:"window"`
 	// Quota is standard (default) or bedrock: Bedrock's arithmetic for
@@ -563,6 +568,11 @@ func (l limitSpec) rule(scope limiter.Scope, subject string) (limiter.Rule, erro
 	if l.Capacity != 0 || l.RefillPerSecond != 0 || l.Unit != "" {
 		var errs []error
 		r.Limit, errs = l.bucket()
+		return r, errors.Join(append(errs, r.Validate())...)
+	}
+	if l.MaxStreams != 0 || l.MaxStreamDuration != "" {
+		var errs []error
+		r.Limit, errs = l.streams()
 		return r, errors.Join(append(errs, r.Validate())...)
 	}
 	var errs []error

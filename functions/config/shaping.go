@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 type shapingSpec struct {
@@ -94,4 +96,27 @@ func streamSpecOf(duration string, cut bool) (StreamSpec, error) {
 	}
 	spec.MaxDuration = d
 	return spec, nil
+}
+
+// streams returns the gauge of a max_streams entry: the streaming
+// requests in flight, each for at most its max_stream_duration. It is a
+// limit of its own, in an entry of its own.
+func (l limitSpec) streams() (limiter.Gauge, []error) {
+	g := limiter.Gauge{MaxInFlight: l.MaxStreams, Streams: true}
+	var errs []error
+	if l.MaxStreams <= 0 {
+		errs = append(errs, errors.New("max_streams: the streams in flight, at least 1 (max_stream_duration goes with it)"))
+	}
+	if l.MaxStreamDuration != "" {
+		spec, err := streamSpecOf(l.MaxStreamDuration, false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("max_stream_duration: %w", err))
+		}
+		g.MaxDuration = spec.MaxDuration
+	}
+	if l.Period != "" || l.PeriodSeconds != 0 || l.MaxRequests != 0 || l.MaxTokens != 0 || l.MaxInputTokens != 0 || l.MaxOutputTokens != 0 ||
+		l.Capacity != 0 || l.RefillPerSecond != 0 || l.Window != "" || l.Ramp != nil || l.Quota != "" {
+		errs = append(errs, errors.New("max_streams: a limit of its own, in an entry of its own (with max_stream_duration, shards, priority, shadow, fair_share)"))
+	}
+	return g, errs
 }

@@ -208,6 +208,8 @@ func (id identity) limitKind(bad func(field, message string)) limiter.Limit {
 		return b
 	case lk.Period == limiter.PeriodConcurrent:
 		l = limiter.Gauge{}
+	case lk.Period == limiter.PeriodStreams:
+		l = limiter.Gauge{Streams: true}
 	case lk.Period != "":
 		p, err := limiter.ParsePeriod(lk.Period)
 		if err != nil {
@@ -237,6 +239,9 @@ func limitKeyOf(r limiter.Rule) limitKey {
 	case limiter.Bucket:
 		return limitKey{Period: "bucket"}
 	case limiter.Gauge:
+		if l.Streams {
+			return limitKey{Period: limiter.PeriodStreams}
+		}
 		return limitKey{Period: limiter.PeriodConcurrent}
 	case limiter.Window:
 		switch l.Period {

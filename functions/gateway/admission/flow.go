@@ -317,7 +317,7 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 		return Step{}, false
 	}
 	a.admitted(t, d)
-	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t], Stream: a.streamLimit(lr)}
+	st := Step{Kind: Forward, Target: t, Decision: d, DowngradedFrom: a.downgradedFrom[t], Stream: a.streamLimit(lr, d)}
 	if a.mig != nil {
 		a.forwardAt = a.o.cfg.Now()
 	}
@@ -358,6 +358,7 @@ func (a *Admission) limiterRequest(ctx context.Context, t providers.Target, i in
 		OutputBurndown: burndownOf(t),
 		Price:          price,
 		ConsumerOnly:   a.req.UserPathOnly,
+		Stream:         a.req.Stream,
 		Class:          c.Class,
 	}
 	if a.req.Session {

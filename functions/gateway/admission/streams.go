@@ -18,15 +18,19 @@ type StreamLimit struct {
 	CutAtReservation bool
 }
 
-// streamLimit is the bound of the stream admitted with lr: its class's.
-// With CutAtReservation, a cap above the reservation (or none) is lowered
+// streamLimit is the bound of the stream admitted with lr by d: its
+// class's, and the shortest max_stream_duration of the max_streams rules
+// that admitted it. With CutAtReservation, a cap above the reservation (or none) is lowered
 // to it where the request is sent, and the answer says so as a clamp
 // does.
-func (a *Admission) streamLimit(lr limiter.Request) StreamLimit {
+func (a *Admission) streamLimit(lr limiter.Request, d limiter.Decision) StreamLimit {
 	if !a.req.Stream {
 		return StreamLimit{}
 	}
 	sl := a.o.cfg.Streams[a.req.Caller.Class]
+	if d.Lease != nil && d.Lease.MaxStreamDuration > 0 && (sl.MaxDuration == 0 || d.Lease.MaxStreamDuration < sl.MaxDuration) {
+		sl.MaxDuration = d.Lease.MaxStreamDuration
+	}
 	if !sl.CutAtReservation || a.req.Clamp == nil || lr.OutputTokens <= 0 {
 		return sl
 	}
