@@ -44,7 +44,7 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 	requestID(w, resp)
 	id := "chatcmpl-" + resp.Header.Get("X-Amzn-Requestid")
 	if c.Stream {
-		return p.streamChat(w, resp.Body, &c, r.Model, id)
+		return p.streamChat(ctx, w, resp.Body, &c, r.Model, id)
 	}
 	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
 	if err != nil {
@@ -108,7 +108,7 @@ type streamEvent struct {
 // written: an exception there (throttling, say) is an upstream error the
 // gateway can fail over from. Later exceptions end the stream with an
 // error event; the usage is then not reported.
-func (p *Provider) streamChat(w http.ResponseWriter, body io.Reader, c *chat.Request, model, id string) (providers.Result, error) {
+func (p *Provider) streamChat(ctx context.Context, w http.ResponseWriter, body io.Reader, c *chat.Request, model, id string) (providers.Result, error) {
 	fr := newFrames(body)
 	first, err := fr.next()
 	if err != nil {
@@ -138,7 +138,9 @@ func (p *Provider) streamChat(w http.ResponseWriter, body io.Reader, c *chat.Req
 				_ = s.sw.Raw([]byte("data: [DONE]\n\n"))
 				return partial(res, s.usage, s.seen, true), nil
 			}
-			_ = s.sw.Event("", streamError("InternalServerException", "the stream from Bedrock broke off"))
+			if ctx.Err() == nil { // ended by the gateway (a stream's duration): its own event ends it
+				_ = s.sw.Event("", streamError("InternalServerException", "the stream from Bedrock broke off"))
+			}
 			break
 		}
 	}

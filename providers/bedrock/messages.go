@@ -77,7 +77,7 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 	defer resp.Body.Close()
 	requestID(w, resp)
 	if head.Stream {
-		return p.streamMessages(w, resp.Body)
+		return p.streamMessages(ctx, w, resp.Body)
 	}
 	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
 	if err != nil {
@@ -117,7 +117,7 @@ func (u anthropicUsage) usage() providers.Usage {
 // bytes of one Anthropic stream event, as server-sent events named by
 // their type. The usage is message_start's input and message_delta's
 // output, reported once message_stop arrived.
-func (p *Provider) streamMessages(w http.ResponseWriter, body io.Reader) (providers.Result, error) {
+func (p *Provider) streamMessages(ctx context.Context, w http.ResponseWriter, body io.Reader) (providers.Result, error) {
 	fr := newFrames(body)
 	ev, err := p.nextChunk(fr)
 	if err != nil {
@@ -166,7 +166,9 @@ func (p *Provider) streamMessages(w http.ResponseWriter, body io.Reader) (provid
 		}
 		if ev, err = p.nextChunk(fr); err != nil {
 			if !errors.Is(err, io.EOF) {
-				_ = sw.Event("error", anthropicStreamError(err))
+				if ctx.Err() == nil { // ended by the gateway: its own event ends it
+					_ = sw.Event("error", anthropicStreamError(err))
+				}
 				done = false
 			}
 			break
