@@ -339,6 +339,25 @@ func TestStreamsEndAtTheirDuration(t *testing.T) {
 	}
 	if err := json.Unmarshal(up.last(t).Body, &sent); err != nil || sent.MaxTokens != 50 {
 		t.Fatalf("a batch stream with cut_at_reservation went upstream with max_tokens %d, want its reservation 50", sent.MaxTokens)
+	} // Explain says both, as a stream.
+	for _, c := range []struct {
+		body           string
+		stream, capped int64
+	}{
+		{`{"user_path":"/team/a","model":"openai/gpt-4o","class":"interactive","stream":true}`, 1000, 0},
+		{`{"user_path":"/team/b","model":"openai/gpt-4o","class":"batch","stream":true}`, 0, 50},
+		{`{"user_path":"/team/b","model":"openai/gpt-4o","class":"batch"}`, 0, 0},
+	} {
+		_, b := in.call(t, "POST", "/admin/explain", master, c.body)
+		var ex struct {
+			Decision struct {
+				MaxStreamMS int64 `json:"max_stream_duration_ms"`
+				ClampedTo   int64 `json:"clamped_to"`
+			} `json:"decision"`
+		}
+		if err := json.Unmarshal(b, &ex); err != nil || ex.Decision.MaxStreamMS != c.stream || ex.Decision.ClampedTo != c.capped {
+			t.Fatalf("explain %s: %s; want max_stream_duration_ms %d and clamped_to %d", c.body, b, c.stream, c.capped)
+		}
 	}
 }
 

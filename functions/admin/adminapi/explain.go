@@ -32,15 +32,18 @@ type explainInput struct {
 	UserPath string `json:"user_path"`
 	// Model is resolved as a request's is (an alias, "provider/model", a
 	// bare id); with Provider, it is tried at that provider alone.
-	Provider     string `json:"provider"`
-	Model        string `json:"model"`
-	Key          string `json:"key"`
-	Tags         any    `json:"tags"` // "k=v,k2=v2" or {"k": "v"}
-	Class        string `json:"class"`
-	InputTokens  int64  `json:"input_tokens"`
-	MaxTokens    int64  `json:"max_tokens"`
-	N            int64  `json:"n"`
-	BatchRequest bool   `json:"batch"`
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	Key      string `json:"key"`
+	Tags     any    `json:"tags"` // "k=v,k2=v2" or {"k": "v"}
+	Class    string `json:"class"`
+	// Stream explains the request as a stream (its class's and rules'
+	// bounds on streams).
+	Stream       bool  `json:"stream"`
+	InputTokens  int64 `json:"input_tokens"`
+	MaxTokens    int64 `json:"max_tokens"`
+	N            int64 `json:"n"`
+	BatchRequest bool  `json:"batch"`
 	// Route is the request's route ("chat", "messages", …; default chat),
 	// whose learned reservation applies.
 	Route string `json:"route"`
@@ -71,6 +74,8 @@ type explainDecision struct {
 	ClampedTo    int64    `json:"clamped_to,omitempty"`
 	// Migration names the migration whose target the request goes to.
 	Migration string `json:"migration,omitempty"`
+	// MaxStreamMS is how long the stream may run, when it is bounded.
+	MaxStreamMS int64 `json:"max_stream_duration_ms,omitempty"`
 }
 
 // explainedTarget is one target's look: skipped, and why, or admitted.
@@ -208,7 +213,10 @@ func (h *Handler) explainRequest(in explainInput, errs []fieldError) (admission.
 		model = in.Provider + "/" + model
 	}
 	req := admission.Request{
-		ID: "explain", Model: model, Provider: in.Provider, Op: op,
+		ID: "explain", Model: model, Provider: in.Provider, Op: op, Stream: in.Stream,
+		// The cap a clamp or cut_at_reservation would set: shown, never
+		// sent; Gemini's nested cap is not lowered (as by the gateway).
+		Clamp:       func(int64) bool { return op != providers.OpGenerate },
 		Caller:      admission.Caller{UserPath: in.UserPath, KeyID: in.Key, Tags: tags, Class: in.Class},
 		InputTokens: in.InputTokens, MaxTokens: in.MaxTokens, Choices: in.N,
 		UserPathOnly: op == providers.OpBatches, Free: op == providers.OpCountTokens,
@@ -303,6 +311,7 @@ func stepDecision(st admission.Step, tr admission.Trace) explainDecision {
 	case admission.Forward:
 		d := decisionOf(st.Decision)
 		d.Target, d.WaitedMS, d.ClampedTo = targetName(st.Target), out.WaitedMS, out.ClampedTo
+		d.MaxStreamMS = st.Stream.MaxDuration.Milliseconds()
 		d.Migration = st.Migration
 		return d
 	case admission.Failed:

@@ -37,6 +37,7 @@ func (a *Admission) streamLimit(lr limiter.Request, d limiter.Decision) StreamLi
 	perChoice := lr.OutputTokens / max(a.req.Choices, 1)
 	if perChoice > 0 && (a.req.MaxTokens <= 0 || perChoice < a.req.MaxTokens) && a.req.Clamp(perChoice) {
 		a.logf("capping the stream at its reservation (cut_at_reservation)", "class", a.req.Caller.Class, "max_tokens", perChoice)
+		a.trace.clamped(perChoice)
 		a.req.MaxTokens = perChoice
 	}
 	return sl
