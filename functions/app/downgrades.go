@@ -1,7 +1,7 @@
 package app
 
 import (
-	"sync"
+	"sync/atomic"
 
 	"github.com/tollgate/tollgate/functions/config"
 	"github.com/tollgate/tollgate/functions/gateway/admission"
@@ -11,25 +11,25 @@ import (
 // managedDowngrades returns the admin API's downgrades as the watcher
 // last loaded them, converted once per load, not once per request.
 func managedDowngrades(w *configstore.Watcher) func() []admission.Downgrade {
-	var mu sync.Mutex
-	var from []configstore.Downgrade
-	var to []admission.Downgrade
+	type converted struct {
+		from []configstore.Downgrade
+		to   []admission.Downgrade
+	}
+	var last atomic.Pointer[converted]
 	return func() []admission.Downgrade {
 		ds := w.Downgrades()
 		if len(ds) == 0 {
 			return nil
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(ds) == len(from) && &ds[0] == &from[0] {
-			return to
+		if c := last.Load(); c != nil && len(c.from) == len(ds) && &c.from[0] == &ds[0] {
+			return c.to
 		}
 		out := make([]admission.Downgrade, 0, len(ds))
 		for _, d := range ds {
 			out = append(out, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused, BudgetBelow: d.BudgetBelow, Classes: d.Classes})
 		}
-		from, to = ds, out
-		return to
+		last.Store(&converted{from: ds, to: out})
+		return out
 	}
 }
 

@@ -34,20 +34,33 @@ type Downgrade struct {
 // downgradeAt returns the downgrade of target t that the request's class
 // opts into, with its target, if any.
 func (a *Admission) downgradeAt(t providers.Target) (*Downgrade, providers.Target, bool) {
-	all := a.o.cfg.Downgrades
-	if a.o.cfg.ManagedDowngrades != nil {
-		all = append(slices.Clip(all), a.o.cfg.ManagedDowngrades()...)
+	class := a.req.Caller.Class
+	if class == "" {
+		return nil, providers.Target{}, false // a request of no class opts into nothing
 	}
-	for i := range all {
-		d := &all[i]
-		if !strings.EqualFold(d.From, t.String()) || !slices.Contains(d.Classes, a.req.Caller.Class) {
-			continue
+	lists := [2][]Downgrade{a.o.cfg.Downgrades}
+	if a.o.cfg.ManagedDowngrades != nil {
+		lists[1] = a.o.cfg.ManagedDowngrades()
+	}
+	from := ""
+	for _, list := range lists {
+		for i := range list {
+			d := &list[i]
+			if !slices.Contains(d.Classes, class) {
+				continue
+			}
+			if from == "" {
+				from = t.String()
+			}
+			if !strings.EqualFold(d.From, from) {
+				continue
+			}
+			route, ok := a.o.cfg.Catalog.Resolve(d.To)
+			if !ok || len(route.Targets) == 0 {
+				continue
+			}
+			return d, route.Targets[0], true
 		}
-		route, ok := a.o.cfg.Catalog.Resolve(d.To)
-		if !ok || len(route.Targets) == 0 {
-			continue
-		}
-		return d, route.Targets[0], true
 	}
 	return nil, providers.Target{}, false
 }
