@@ -120,15 +120,49 @@ func (rt *runtimeAPI) invoke(t *testing.T, event []byte) *invocation {
 	}
 }
 
-// buildFunction builds a function's binary for this machine.
+// built holds the functions' binaries, each built once per run of the
+// package: go build relinks on every call (about 2 s, more on a busy
+// machine), and every test that runs a function runs the same source
+// built with the same flags. TestMain removes dir.
+var built struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	built.Lock()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	built.Unlock()
+	os.Exit(code)
+}
+
+// buildFunction builds a function's binary for this machine, once per run
+// of the package.
 func buildFunction(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), name)
+	built.Lock()
+	defer built.Unlock()
+	if bin, ok := built.bins[name]; ok {
+		return bin
+	}
+	if built.dir == "" {
+		dir, err := os.MkdirTemp("", "tollgate-functions-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		built.dir, built.bins = dir, map[string]string{}
+	}
+	bin := filepath.Join(built.dir, name)
 	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "../functions/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
+	built.bins[name] = bin
 	return bin
 }
 
