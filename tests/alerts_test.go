@@ -108,6 +108,7 @@ func chatCosting(g gatewayProcess, path string) int {
 // delivered twice however many evaluations follow, and both processes
 // list the alerts as firing.
 func TestAlertsFireOncePerThresholdAcrossTheFleet(t *testing.T) {
+	t.Parallel() // waits in real time on its own processes, tables and ports; see docs/testing.md
 	prefix := dynamotest.Prefix(t)
 	up := newCountingUpstream(t)
 	ok := newAlertReceiver(t, "s3cret-a", 0)

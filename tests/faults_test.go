@@ -256,6 +256,7 @@ func chatVia(g gatewayProcess, path, model string) int {
 // more than 20 in the minute; once the faults stop and one lease TTL
 // passes, nothing is left held: a burst of 6 gets exactly 2 in.
 func TestLimitsHoldUnderStoreFaults(t *testing.T) {
+	t.Parallel() // waits in real time on its own processes, tables and ports; see docs/testing.md
 	prefix := dynamotest.Prefix(t)
 	proxy := newFaultProxy(t)
 	up := newCountingUpstream(t)
@@ -365,6 +366,7 @@ gateway:
 // store returning: the completions are retried until they land, not left
 // to the lease's expiry (two minutes here).
 func TestSlotsBackAfterOutage(t *testing.T) {
+	t.Parallel() // waits in real time on its own processes, tables and ports; see docs/testing.md
 	prefix := dynamotest.Prefix(t)
 	proxy := newFaultProxy(t)
 	up := newCountingUpstream(t)

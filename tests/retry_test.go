@@ -101,6 +101,7 @@ func checkNotEarly(t *testing.T, path string, times []time.Time) {
 // request is admitted early. openai-go here; the official Node package
 // through tests/node/retry.mjs.
 func TestClientsHonourRetryAfter(t *testing.T) {
+	t.Parallel() // waits in real time on its own processes, tables and ports; see docs/testing.md
 	up := &admissionLog{Provider: newCountingMock("mock")}
 	store := memstore.New()
 	rs, _ := limiter.NewRules([]limiter.Rule{slowRule})
