@@ -242,12 +242,36 @@ func bedrockQuotaEndToEnd(t *testing.T, url string, fake *bedrocktest.Fake) {
 		res.Body.Close()
 		return res
 	}
-	for i := range 11 {
-		if res := chat(); res.StatusCode != 200 {
-			t.Fatalf("request %d: %d", i+1, res.StatusCode)
-		}
+	// The 11 are held at Bedrock, unanswered, while the 12th is decided:
+	// none has completed, so the reconciler (every 200 ms) cannot have
+	// settled one and made room for it.
+	release := make(chan struct{})
+	fake.Hold(release)
+	statuses := make(chan int, 11)
+	for range 11 {
+		go func() {
+			res, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(
+				`{"model":"bedrock/`+bedrockQuotaModel+`","max_tokens":1000,"messages":[{"role":"user","content":"Hello there"}]}`))
+			if err != nil {
+				statuses <- -1
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			statuses <- res.StatusCode
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); fake.Calls(bedrockQuotaModel) < 11 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	res := chat()
+	close(release)
+	fake.Hold(nil)
+	for i := range 11 {
+		if s := <-statuses; s != 200 {
+			t.Fatalf("request %d of the 11: %d", i+1, s)
+		}
+	}
 	if res.StatusCode != 429 || res.Header.Get("X-Tollgate-Decision") != proxy.DecisionLocalReject ||
 		!strings.HasPrefix(res.Header.Get("X-Tollgate-Rule"), "model:bedrock/"+bedrockQuotaModel) {
 		t.Fatalf("12th request: %d %q %q", res.StatusCode, res.Header.Get("X-Tollgate-Decision"), res.Header.Get("X-Tollgate-Rule"))

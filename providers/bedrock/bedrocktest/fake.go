@@ -59,6 +59,7 @@ type Fake struct {
 	usage    Usage
 	delay    time.Duration
 	broken   map[string]string // model → how its streams break: "exception", "malformed"
+	hold     <-chan struct{}   // when set, answers wait until it is closed
 }
 
 // New starts a fake for region on 127.0.0.1 and stops it with the test.
@@ -70,6 +71,15 @@ func New(t interface {
 	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.Close)
 	return f
+}
+
+// Hold makes every call wait, once recorded, until release is closed (or
+// its caller leaves): a test can decide requests while the ones before
+// them are still in flight, unanswered and so unsettled.
+func (f *Fake) Hold(release <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hold = release
 }
 
 // Throttle makes the next n calls to model answer ThrottlingException
@@ -154,8 +164,15 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	if throttled && n != 0 {
 		f.throttle[model] = n - 1
 	}
-	u, delay, broken := f.usage, f.delay, f.broken[model]
+	u, delay, broken, hold := f.usage, f.delay, f.broken[model], f.hold
 	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if throttled && n != 0 {
 		writeError(w, http.StatusTooManyRequests, "ThrottlingException", "Too many requests, please wait before trying again.")
 		return
