@@ -59,8 +59,14 @@ alerts:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The clock is read by the stats' flush timer too: behind a mutex.
+	var clockMu sync.Mutex
 	now := time.Date(2026, 3, 2, 0, 10, 0, 0, time.UTC)
-	a.Clock = func() time.Time { return now }
+	a.Clock = func() time.Time {
+		clockMu.Lock()
+		defer clockMu.Unlock()
+		return now
+	}
 	if err := a.BuildGateway(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +96,9 @@ alerts:
 		t.Fatalf("fired %v resolved %v", fired, resolved)
 	}
 	for range 3 {
+		clockMu.Lock()
 		now = now.Add(time.Second)
+		clockMu.Unlock()
 		if fired, resolved := a.EvaluateAlerts(ctx, true); len(fired)+len(resolved) != 0 {
 			t.Fatalf("evaluated again: fired %v resolved %v", fired, resolved)
 		}
