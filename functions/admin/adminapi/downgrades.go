@@ -128,19 +128,29 @@ func (h *Handler) checkDowngrade(in downgradeInput, full bool) (configstore.Down
 	return d, errs
 }
 
-func (h *Handler) putDowngrade(w http.ResponseWriter, r *http.Request) {
+// readDowngrade reads a write's downgrade (full: all of it, else its two
+// models), answering when it cannot.
+func (h *Handler) readDowngrade(w http.ResponseWriter, r *http.Request, full bool) (DowngradeStore, configstore.Downgrade, bool) {
 	ds, ok := h.downgradeStore(w, r)
 	if !ok {
-		return
+		return nil, configstore.Downgrade{}, false
 	}
 	var in downgradeInput
 	var errs []fieldError
 	if _, ok := decode(w, r, &in, &errs); !ok {
-		return
+		return nil, configstore.Downgrade{}, false
 	}
-	d, more := h.checkDowngrade(in, true)
+	d, more := h.checkDowngrade(in, full)
 	if errs = append(errs, more...); len(errs) > 0 {
 		invalid(w, errs)
+		return nil, configstore.Downgrade{}, false
+	}
+	return ds, d, true
+}
+
+func (h *Handler) putDowngrade(w http.ResponseWriter, r *http.Request) {
+	ds, d, ok := h.readDowngrade(w, r, true)
+	if !ok {
 		return
 	}
 	if slices.ContainsFunc(h.cfg.ConfigDowngrades, func(c configstore.Downgrade) bool { return c.Key() == d.Key() }) {
@@ -170,18 +180,8 @@ func (h *Handler) putDowngrade(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deleteDowngrade(w http.ResponseWriter, r *http.Request) {
-	ds, ok := h.downgradeStore(w, r)
+	ds, d, ok := h.readDowngrade(w, r, false)
 	if !ok {
-		return
-	}
-	var in downgradeInput
-	var errs []fieldError
-	if _, ok := decode(w, r, &in, &errs); !ok {
-		return
-	}
-	d, more := h.checkDowngrade(in, false)
-	if errs = append(errs, more...); len(errs) > 0 {
-		invalid(w, errs)
 		return
 	}
 	err := ds.DeleteDowngrade(r.Context(), d.Key())
