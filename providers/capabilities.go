@@ -148,9 +148,13 @@ func (c *Catalog) Declare(provider, model string, caps Capabilities) {
 // Capabilities returns what is known of target t's model: the built-in
 // table, with what configuration declares laid over it.
 func (c *Catalog) Capabilities(t Target) Capabilities {
-	caps, _ := BuiltinCapabilities(t.Model)
-	if o, ok := c.declared[strings.ToLower(t.Provider.Name())+"/"+strings.ToLower(t.Model)]; ok {
-		caps = caps.Over(o)
-	}
-	return caps
+	return DeclaredCapabilities(t.Model, c.declared[strings.ToLower(t.Provider.Name())+"/"+strings.ToLower(t.Model)])
+}
+
+// DeclaredCapabilities returns what is known of model: the built-in
+// table, with what configuration declares of it (zero: nothing) laid
+// over it.
+func DeclaredCapabilities(model string, declared Capabilities) Capabilities {
+	caps, _ := BuiltinCapabilities(model)
+	return caps.Over(declared)
 }

@@ -296,10 +296,7 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 		}
 		pc.Streams[class] = admission.StreamLimit{MaxDuration: sp.MaxDuration, CutAtReservation: sp.CutAtReservation}
 	}
-	for _, d := range a.Config.Downgrades {
-		pc.Downgrades = append(pc.Downgrades, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused,
-			BudgetBelow: d.BudgetBelow, Classes: d.Classes})
-	}
+	pc.Downgrades = admissionDowngrades(configDowngrades(a.Config.Downgrades))
 	if len(a.Config.Migrations) > 0 {
 		pc.Migrations = a.migrationsInForce
 	}
@@ -386,8 +383,7 @@ func (a *App) BuildAdmin() error {
 	for _, p := range a.Config.Providers {
 		ap := adminapi.Provider{Name: p.Name, Type: p.Type, Models: p.Models}
 		for _, m := range p.Models {
-			caps, _ := providers.BuiltinCapabilities(m)
-			ap.Capabilities = append(ap.Capabilities, adminapi.CapabilitiesOf(m, caps.Over(p.Capabilities[m])))
+			ap.Capabilities = append(ap.Capabilities, adminapi.CapabilitiesOf(m, providers.DeclaredCapabilities(m, p.Capabilities[m])))
 		}
 		listed = append(listed, ap)
 	}

@@ -24,13 +24,19 @@ func managedDowngrades(w *configstore.Watcher) func() []admission.Downgrade {
 		if c := last.Load(); c != nil && len(c.from) == len(ds) && &c.from[0] == &ds[0] {
 			return c.to
 		}
-		out := make([]admission.Downgrade, 0, len(ds))
-		for _, d := range ds {
-			out = append(out, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused, BudgetBelow: d.BudgetBelow, Classes: d.Classes})
-		}
+		out := admissionDowngrades(ds)
 		last.Store(&converted{from: ds, to: out})
 		return out
 	}
+}
+
+// admissionDowngrades are stored downgrades as admission tries them.
+func admissionDowngrades(ds []configstore.Downgrade) []admission.Downgrade {
+	var out []admission.Downgrade
+	for _, d := range ds {
+		out = append(out, admission.Downgrade{From: d.From, To: d.To, Refused: d.Refused, BudgetBelow: d.BudgetBelow, Classes: d.Classes})
+	}
+	return out
 }
 
 // configDowngrades are the configuration's downgrades as the admin API
