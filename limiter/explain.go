@@ -92,7 +92,7 @@ func (l *Limiter) Explain(ctx context.Context, now time.Time, req Request) (Expl
 	}
 	refused := false
 	for i := range charges {
-		refused = refused || (states[i].Refused && !charges[i].shadow)
+		refused = refused || (states[i].Refused && !charges[i].shadow())
 	}
 	cs := states[:len(charges)]
 	if refused {

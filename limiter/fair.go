@@ -324,7 +324,6 @@ func memberCharge(c Charge, member string) Charge {
 		c.Limit = c.owner.limitOf(KindInFlight)
 		c.whole = c.Limit
 	}
-	c.shadow = false
 	c.fairMember, c.member = true, member
 	return c
 }

@@ -111,26 +111,27 @@ func (r *rule) draining(now time.Time) (int, bool) {
 // Unix seconds), a fixed window on the window's (its index since the
 // epoch), a gauge and a sliding window on the shards of their layout.
 func (r *rule) newCharge(now time.Time, child string, kind Kind, limit int64, k int) Charge {
-	c := Charge{
-		Counter: Counter{Rule: r.counter, Child: child, Kind: kind},
-		Period:  r.span,
-		Limit:   limit,
-		owner:   r,
-		whole:   limit,
-		shadow:  r.Shadow,
-	}
+	var c Charge
+	r.fillCharge(&c, now, child, kind, limit, k)
+	return c
+}
+
+// fillCharge sets the zero charge c to what newCharge returns.
+func (r *rule) fillCharge(c *Charge, now time.Time, child string, kind Kind, limit int64, k int) {
+	c.Counter = Counter{Rule: r.counter, Child: child, Kind: kind}
+	c.Period, c.Limit, c.owner, c.whole = r.span, limit, r, limit
 	var window Window
 	switch lim := r.Limit.(type) {
 	case Bucket:
 		c.Shape, c.Unit, c.Limit, c.Floor = ShapeBucket, int64(lim.Interval()), lim.fill(), now.UnixNano()
-		return c
+		return
 	case Budget:
 		start, end := lim.Calendar.Bounds(now, lim.Location)
 		c.Shape, c.Counter.Window, c.End = ShapeFixed, start.Unix(), end
-		return c
+		return
 	case Gauge:
-		setShard(&c, limit, k, r.layoutAt(now, 0))
-		return c
+		setShard(c, limit, k, r.layoutAt(now, 0))
+		return
 	case Window:
 		window = lim
 	}
@@ -138,20 +139,19 @@ func (r *rule) newCharge(now time.Time, child string, kind Kind, limit int64, k 
 	if window.Fixed {
 		c.Shape = ShapeFixed
 		c.End = time.Unix(0, (c.Counter.Window+1)*int64(window.Period))
-		return c
+		return
 	}
 	n := r.layoutAt(now, c.Counter.Window)
-	setShard(&c, limit, k, n)
+	setShard(c, limit, k, n)
 	if p := r.layoutAt(now, c.Counter.Window-1); p != n {
 		prev := c.Counter.Previous()
+		c.Prev = &PrevLayout{Counters: make([]Counter, p), Share: [2]int64{c.Limit, max(limit, 1)}}
 		for j := range p {
 			pc := prev
 			pc.Shard, pc.Shards = j, layoutField(p)
-			c.PrevFrom = append(c.PrevFrom, pc)
+			c.Prev.Counters[j] = pc
 		}
-		c.PrevShare = [2]int64{c.Limit, max(limit, 1)}
 	}
-	return c
 }
 
 func layoutField(n int) int {

@@ -145,7 +145,7 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		// A shadow rule's gauge is at the most one item holds: that rule
 		// would refuse, and is left out of this admission.
 		shadowed := shadowRefusals(now, charges, out.States, false)
-		charges = slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool { return c.shadow && c.IsGauge() })
+		charges = slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool { return c.shadow() && c.IsGauge() })
 		lease = renamed(lease, "~h")
 		if lease != nil {
 			lease.Charges = charges
@@ -212,7 +212,7 @@ func onlyShadowRefused(charges []Charge, states []State) bool {
 	found := false
 	for i, st := range states {
 		if st.Refused {
-			if !charges[i].shadow {
+			if !charges[i].shadow() {
 				return false
 			}
 			found = true
@@ -228,7 +228,7 @@ func shadowRefusals(now time.Time, charges []Charge, states []State, admitted bo
 	var out []Refusal
 	for i := range charges {
 		c := &charges[i]
-		if !c.shadow {
+		if !c.shadow() {
 			continue
 		}
 		st := states[i]
@@ -386,7 +386,7 @@ func budgetSplit(c *Charge, s State) (spent, reserved int64, reservedOnly bool) 
 func refuse(now time.Time, charges []Charge, states []State, sp *spread) Decision {
 	pick, wait, retryable := -1, time.Duration(0), false
 	for i := range charges {
-		if !states[i].Refused || charges[i].shadow {
+		if !states[i].Refused || charges[i].shadow() {
 			continue
 		}
 		d, ok := waitOf(now, charges, i, states[i], sp)
@@ -474,7 +474,7 @@ func quotas(now time.Time, charges []Charge, states []State) (req, tok Quota, bu
 	var fly Quota
 	for i := range charges {
 		c := &charges[i]
-		if c.shadow {
+		if c.shadow() {
 			continue
 		}
 		if c.Counter.Kind == KindCost {

@@ -98,14 +98,17 @@ func (p *planner) add(m match, kind Kind, limit, amount int64) {
 	if r.settling(p.now) {
 		limit = 0 // its layout is changing: see layout.go
 	}
-	c := r.newCharge(p.now, m.child, kind, limit, 0)
+	// Planned in place: a charge is a few hundred bytes, not copied.
+	p.charges = append(p.charges, Charge{})
+	c := &p.charges[len(p.charges)-1]
+	r.fillCharge(c, p.now, m.child, kind, limit, 0)
 	c.Amount = amount
-	p.burnDown(r, &c)
+	p.burnDown(r, c)
 	shards := layoutOf(c.Counter)
 	if shards == 1 {
-		p.charges = append(p.charges, c)
 		return
 	}
+	p.charges = p.charges[:len(p.charges)-1]
 	first := int(fnv(p.req.ID, r.counter) % uint64(shards))
 	left := amount
 	for i := range shards {

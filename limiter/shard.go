@@ -209,8 +209,8 @@ func (g *shardGroup) part(now time.Time, proto Charge, k int, amount int64) Char
 	p := g.owner.newCharge(now, proto.Counter.Child, proto.Counter.Kind, g.owner.limitOf(proto.Counter.Kind), k)
 	p.whole = proto.whole
 	setShard(&p, proto.whole, k, len(g.limits))
-	if p.PrevFrom != nil {
-		p.PrevShare[0] = p.Limit
+	if p.Prev != nil {
+		p.Prev.Share[0] = p.Limit
 	}
 	p.Amount = amount
 	return p

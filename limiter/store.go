@@ -81,7 +81,6 @@ type Charge struct {
 	// calendar period or a bucket it is the longest the counter counts
 	// for, which only expiries use.
 	Period time.Duration
-	Shape  Shape
 	// End is when a fixed window closes (ShapeFixed).
 	End time.Time
 	// Floor is a bucket's now, in Unix nanoseconds; Unit its nanoseconds
@@ -97,25 +96,34 @@ type Charge struct {
 	// uncached input + output × Burndown. 0 is the standard arithmetic.
 	// A store records it with the lease, so settlement needs nothing else.
 	Burndown int64
-	// PrevFrom, when set, replaces Counter.Previous() as the previous
-	// window's count: the sum of these counters times PrevShare
-	// (numerator, denominator), rounded up. It is set in the first window
-	// of a new shard layout, whose previous window was counted by the old
-	// one.
-	PrevFrom  []Counter
-	PrevShare [2]int64
+	// Prev, when set, replaces Counter.Previous() as the previous
+	// window's count. It is set in the first window of a new shard
+	// layout, whose previous window was counted by the old one.
+	Prev *PrevLayout
 
 	owner *rule // the rule charged, when the limiter planned the charge
 	// settleWait is a budget charge's Limiter.SettleWait (see budgetWait).
 	settleWait time.Duration
 	whole      int64 // the limit the shares of a sharded charge add up to
-	shadow     bool  // a shadow rule's: admitted whatever its count
 	units      int64 // what a bucket charge asks, in the rule's units
-	// fairMember marks the charge of a fair-share member's own counter;
-	// member is its member, on the rule's charge and the member's.
-	fairMember bool
+	// member is the fair-share member, on the rule's charge and on the
+	// member's own counter's; fairMember marks the latter.
 	member     string
+	Shape      Shape
+	fairMember bool
 }
+
+// PrevLayout is a charge's previous window as an old shard layout counted
+// it: the sum of Counters times Share (numerator, denominator), rounded
+// up.
+type PrevLayout struct {
+	Counters []Counter
+	Share    [2]int64
+}
+
+// shadow reports whether the charge is a shadow rule's: admitted whatever
+// its count. A fair-share member's own counter is never one.
+func (c *Charge) shadow() bool { return c.owner != nil && c.owner.Shadow && !c.fairMember }
 
 // Owner returns the rule the limiter planned the charge for; false for a
 // charge planned elsewhere (a test's, one read back from a store).
@@ -139,13 +147,16 @@ func (c *Charge) IsGauge() bool { return c.Counter.Kind == KindInFlight }
 func (c *Charge) Sliding() bool { return !c.IsGauge() && c.Shape == ShapeSliding }
 
 // PrevOf returns the previous window's count of c from the counts of its
-// PrevFrom counters (in order): their sum times PrevShare, rounded up.
+// Prev.Counters (in order): their sum times Prev.Share, rounded up.
 func (c *Charge) PrevOf(counts []int64) int64 {
 	var sum int64
 	for _, v := range counts {
 		sum = SatAdd(sum, max(v, 0))
 	}
-	num, den := c.PrevShare[0], c.PrevShare[1]
+	if c.Prev == nil {
+		return sum
+	}
+	num, den := c.Prev.Share[0], c.Prev.Share[1]
 	if den <= 0 || num >= den {
 		return sum
 	}
@@ -169,7 +180,7 @@ func (c *Charge) PrevOf(counts []int64) int64 {
 // up to MaxSlotsPerShard, what one item may hold); the limiter compares
 // the count with the real ceiling afterwards.
 func (c *Charge) Ceiling(prev int64, now time.Time) int64 {
-	if c.shadow {
+	if c.shadow() {
 		if c.IsGauge() {
 			return MaxSlotsPerShard - c.Amount
 		}

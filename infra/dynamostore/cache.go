@@ -149,7 +149,7 @@ func (rc rejectCache) remember(now time.Time, ttl time.Duration, charges []limit
 // layout, this shard's share of the old layout's.
 func prevKey(c *limiter.Charge) string {
 	k := CounterKey(c.Counter.Previous())
-	if c.PrevFrom != nil {
+	if c.Prev != nil {
 		k = "from-old-layout|" + k
 	}
 	return k
@@ -158,11 +158,11 @@ func prevKey(c *limiter.Charge) string {
 // prevSources are the counters a charge's previous-window count is read
 // from.
 func prevSources(c *limiter.Charge) []string {
-	if c.PrevFrom == nil {
+	if c.Prev == nil {
 		return []string{CounterKey(c.Counter.Previous())}
 	}
-	keys := make([]string, len(c.PrevFrom))
-	for i, pc := range c.PrevFrom {
+	keys := make([]string, len(c.Prev.Counters))
+	for i, pc := range c.Prev.Counters {
 		keys[i] = CounterKey(pc)
 	}
 	return keys
@@ -170,11 +170,11 @@ func prevSources(c *limiter.Charge) []string {
 
 // prevFrom is a charge's previous-window count from the counts read.
 func prevFrom(c *limiter.Charge, got map[string]int64) int64 {
-	if c.PrevFrom == nil {
+	if c.Prev == nil {
 		return got[CounterKey(c.Counter.Previous())]
 	}
-	counts := make([]int64, len(c.PrevFrom))
-	for i, pc := range c.PrevFrom {
+	counts := make([]int64, len(c.Prev.Counters))
+	for i, pc := range c.Prev.Counters {
 		counts[i] = got[CounterKey(pc)]
 	}
 	return c.PrevOf(counts)

@@ -31,7 +31,7 @@ const settleGrace = time.Hour
 // New.
 type Store struct {
 	mu       sync.Mutex
-	counters map[limiter.Counter]cell
+	counters map[limiter.Counter]*cell
 	leases   map[string]*lease
 	expiry   leaseHeap // active leases by expiry
 	settled  map[string]time.Time
@@ -66,7 +66,7 @@ var _ limiter.Store = (*Store)(nil)
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		counters: map[limiter.Counter]cell{},
+		counters: map[limiter.Counter]*cell{},
 		leases:   map[string]*lease{},
 		settled:  map[string]time.Time{},
 		expired:  map[string]*limiter.Lease{},
@@ -82,6 +82,11 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 		return limiter.Outcome{}, err
 	}
 	states := make([]limiter.State, len(charges))
+	// cells are the charged counters' cells as the check found them (nil
+	// for a counter not yet written), so that the charge is one lookup of
+	// each; found again if reclaiming expired leases dropped some.
+	var buf [8]*cell
+	cells := buf[:0]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
@@ -89,18 +94,21 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 	reclaimed := false
 	for i := range charges {
 		c := &charges[i]
-		st := s.state(c)
+		cl := s.counters[c.Counter]
+		st := s.state(c, cl)
 		if st.Cur > c.Ceiling(st.Prev, now) && c.Counter.Kind == limiter.KindInFlight && !reclaimed {
 			// Leases past their expiry no longer hold slots.
 			s.reclaim(now)
 			reclaimed = true
-			st = s.state(c)
+			cl = s.counters[c.Counter]
+			st = s.state(c, cl)
 		}
 		if st.Cur > c.Ceiling(st.Prev, now) {
 			st.Refused = true
 			admitted = false
 		}
 		states[i] = st
+		cells = append(cells, cl)
 	}
 	if !admitted {
 		return limiter.Outcome{States: states}, nil
@@ -112,14 +120,18 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 	}
 	for i := range charges {
 		c := &charges[i]
+		cl := cells[i]
+		if cl == nil || reclaimed {
+			cl = s.cellOf(c.Counter)
+		}
 		if c.Floor > states[i].Cur {
-			s.add(c, c.Floor-states[i].Cur) // a bucket that refilled
+			cl.add(c, c.Floor-states[i].Cur) // a bucket that refilled
 			states[i].Cur = c.Floor
 		}
-		s.add(c, c.Amount)
+		cl.add(c, c.Amount)
 		states[i].Cur += c.Amount
 		if c.Counter.Kind == limiter.KindCost {
-			s.reserve(c, c.Amount)
+			cl.reserve(c.Amount)
 			states[i].Reserved += c.Amount
 		}
 	}
@@ -188,7 +200,7 @@ func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int
 			switch {
 			case d > 0 && c.Shape == limiter.ShapeBucket:
 				// An overshoot on a bucket: max(value, floor) + overshoot.
-				if cur := s.counters[c.Counter].n; cur < c.Floor {
+				if cur := s.value(c.Counter); cur < c.Floor {
 					s.add(c, c.Floor-cur)
 				}
 				s.add(c, d)
@@ -200,7 +212,7 @@ func (s *Store) Settle(_ context.Context, settlements []limiter.Settlement) (int
 				sums[c.Counter] = limiter.SatAdd(sums[c.Counter], d)
 			}
 			if released[i] != 0 {
-				s.reserve(c, -released[i])
+				s.cellOf(c.Counter).reserve(-released[i])
 			}
 		}
 		s.settled[id] = maxTime(st.Lease.ExpiresAt, st.Lease.AdmittedAt)
@@ -221,7 +233,7 @@ func (s *Store) Read(_ context.Context, now time.Time, charges []limiter.Charge)
 	s.reclaim(now)
 	out := make([]limiter.State, len(charges))
 	for i := range charges {
-		out[i] = s.state(&charges[i])
+		out[i] = s.state(&charges[i], s.counters[charges[i].Counter])
 	}
 	return out, nil
 }
@@ -236,43 +248,68 @@ func (s *Store) Expire(_ context.Context, now time.Time) (int, error) {
 	return s.reclaim(now), nil
 }
 
-func (s *Store) state(c *limiter.Charge) limiter.State {
-	cl := s.counters[c.Counter]
-	st := limiter.State{Cur: cl.n, Reserved: cl.reserved}
+// state is what charge c reads of its counter, whose cell is cl (nil
+// when the counter was never written).
+func (s *Store) state(c *limiter.Charge, cl *cell) limiter.State {
+	var st limiter.State
+	if cl != nil {
+		st = limiter.State{Cur: cl.n, Reserved: cl.reserved}
+	}
 	switch {
 	case !c.Sliding():
-	case c.PrevFrom != nil:
-		counts := make([]int64, len(c.PrevFrom))
-		for i, pc := range c.PrevFrom {
-			counts[i] = s.counters[pc].n
+	case c.Prev != nil:
+		counts := make([]int64, len(c.Prev.Counters))
+		for i, pc := range c.Prev.Counters {
+			counts[i] = s.value(pc)
 		}
 		st.Prev = c.PrevOf(counts)
 	default:
-		st.Prev = s.counters[c.Counter.Previous()].n
+		st.Prev = s.value(c.Counter.Previous())
 	}
 	return st
 }
 
-// reserve changes what a budget's counter holds in reservations.
-func (s *Store) reserve(c *limiter.Charge, d int64) {
-	cl := s.counters[c.Counter]
-	cl.reserved = max(0, limiter.SatAdd(cl.reserved, d))
-	s.counters[c.Counter] = cl
+// value is a counter's count, 0 when it was never written.
+func (s *Store) value(k limiter.Counter) int64 {
+	if cl := s.counters[k]; cl != nil {
+		return cl.n
+	}
+	return 0
 }
 
-// add changes a counter by d, saturating, and never below zero.
-func (s *Store) add(c *limiter.Charge, d int64) {
-	cl := s.counters[c.Counter]
+// cellOf returns a counter's cell, adding it when it was never written.
+func (s *Store) cellOf(k limiter.Counter) *cell {
+	cl := s.counters[k]
+	if cl == nil {
+		cl = &cell{}
+		s.counters[k] = cl
+	}
+	return cl
+}
+
+// reserve changes what a budget's counter holds in reservations.
+func (cl *cell) reserve(d int64) {
+	cl.reserved = max(0, limiter.SatAdd(cl.reserved, d))
+}
+
+// add changes the counter of charge c, whose cell cl is, by d,
+// saturating, and never below zero.
+func (cl *cell) add(c *limiter.Charge, d int64) {
 	cl.n = max(0, limiter.SatAdd(cl.n, d))
 	if !c.IsGauge() {
 		// A bucket's one counter lives as long as it is written to.
 		cl.expires = max(cl.expires, c.WindowEnd().Add(c.Period+settleGrace).UnixNano())
 	}
+}
+
+// add changes a counter by d as cell.add does, and drops a gauge's
+// counter that it takes to zero.
+func (s *Store) add(c *limiter.Charge, d int64) {
+	cl := s.cellOf(c.Counter)
+	cl.add(c, d)
 	if cl.n == 0 && c.IsGauge() {
 		delete(s.counters, c.Counter)
-		return
 	}
-	s.counters[c.Counter] = cl
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -56,3 +56,30 @@ func TestLateCompletionSettled(t *testing.T) {
 }
 
 func TestStats(t *testing.T) { statstest.Run(t, memstore.New()) }
+
+// A charge finds each counter's cell once and adds to it: one counter
+// charged twice in a call counts both, and a gauge whose expired lease is
+// reclaimed during the call (which drops the gauge's emptied cell) is
+// counted on the cell that remains.
+func TestChargeCountsEachCellItFound(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	now := storetest.T0
+	w := limiter.Charge{Counter: limiter.Counter{Rule: "w", Kind: limiter.KindRequests, Window: now.UnixNano() / int64(time.Minute)},
+		Period: time.Minute, Limit: 10, Amount: 1}
+	g := limiter.Charge{Counter: limiter.Counter{Rule: "g", Kind: limiter.KindInFlight}, Limit: 1, Amount: 1}
+	old := &limiter.Lease{ID: "old", AdmittedAt: now, ExpiresAt: now.Add(time.Second), Charges: []limiter.Charge{g}}
+	if out, _ := s.Charge(ctx, now, []limiter.Charge{g}, old); !out.Admitted {
+		t.Fatal("first slot refused")
+	}
+	later := now.Add(2 * time.Second) // old has expired: its slot is reclaimed by the next charge that finds g full
+	charges := []limiter.Charge{g, w, w}
+	l := &limiter.Lease{ID: "new", AdmittedAt: later, ExpiresAt: later.Add(time.Minute), Charges: []limiter.Charge{g}}
+	if out, _ := s.Charge(ctx, later, charges, l); !out.Admitted {
+		t.Fatalf("refused: %+v", out.States)
+	}
+	st, _ := s.Read(ctx, later, []limiter.Charge{g, w})
+	if st[0].Cur != 1 || st[1].Cur != 2 {
+		t.Fatalf("in flight %d, requests %d; want 1 (the new lease's) and 2", st[0].Cur, st[1].Cur)
+	}
+}
