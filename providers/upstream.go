@@ -45,8 +45,14 @@ func NewHTTPClient(headerTimeout time.Duration) *http.Client {
 // outcome is an *Error with nothing written to the client: a transport
 // failure or timeout (Status 0), or an error status with its body (at most
 // MaxErrorBody) and the rate-limit headers parsed.
+//
+// An upstream's redirect is not followed: an API does not redirect, and
+// the request's key is not sent on. The client's transport is called
+// straight when the client adds nothing else to one request (no timeout,
+// cookie jar or redirect policy of its own), which spares a copy of the
+// headers and a timer per request.
 func Send(client *http.Client, provider string, req *http.Request) (*http.Response, *Error) {
-	resp, err := client.Do(req)
+	resp, err := roundTrip(client, req)
 	if err != nil {
 		return nil, &Error{Provider: provider, Err: err}
 	}
@@ -69,18 +75,49 @@ func Send(client *http.Client, provider string, req *http.Request) (*http.Respon
 	return nil, e
 }
 
+// roundTrip sends req once, as Send says.
+func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
+	if client.Timeout != 0 || client.Jar != nil || client.CheckRedirect != nil {
+		c := *client
+		c.CheckRedirect = noRedirects(client.CheckRedirect)
+		return c.Do(req)
+	}
+	rt := client.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// noRedirects is a redirect policy that follows none, after asking the
+// client's own (which may refuse with an error of its own).
+func noRedirects(own func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if own != nil {
+			if err := own(req, via); err != nil {
+				return err
+			}
+		}
+		return http.ErrUseLastResponse
+	}
+}
+
 // ParseLimits reads a provider's rate-limit headers: OpenAI's and Azure's
 // x-ratelimit-{limit,remaining,reset}-{requests,tokens}, Anthropic's
 // anthropic-ratelimit-*, and retry-after / retry-after-ms. now turns
 // Anthropic's reset timestamps into durations.
 func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
 	l := UpstreamLimits{RemainingRequests: -1, RemainingTokens: -1, LimitRequests: -1, LimitTokens: -1}
-	if v := h.Get("Retry-After-Ms"); v != "" {
+	if v := header(h, "Retry-After-Ms"); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
 			l.RetryAfter = time.Duration(ms * float64(time.Millisecond))
 		}
 	}
-	if v := h.Get("Retry-After"); v != "" && l.RetryAfter == 0 {
+	if v := header(h, "Retry-After"); v != "" && l.RetryAfter == 0 {
 		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
 			l.RetryAfter = time.Duration(s * float64(time.Second))
 		} else if t, err := http.ParseTime(v); err == nil {
@@ -96,9 +133,18 @@ func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
 	return l
 }
 
+// header is h.Get(name) for a name written canonically, without
+// canonicalizing it again (ParseLimits reads a dozen per answer).
+func header(h http.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
 func intHeader(h http.Header, names ...string) int64 {
 	for _, name := range names {
-		if v := h.Get(name); v != "" {
+		if v := header(h, name); v != "" {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				return n
 			}
@@ -111,7 +157,7 @@ func intHeader(h http.Header, names ...string) int64 {
 // seconds, or as Anthropic's RFC 3339 timestamp.
 func resetHeader(h http.Header, now time.Time, names ...string) time.Duration {
 	for _, name := range names {
-		v := h.Get(name)
+		v := header(h, name)
 		if v == "" {
 			continue
 		}
@@ -224,14 +270,15 @@ func Pass(w http.ResponseWriter, resp *http.Response) []byte {
 // the gateway's own (its x-ratelimit-* stay the gateway's).
 func CopyHeaders(w http.ResponseWriter, resp *http.Response) {
 	h := w.Header()
+	// The answer's own value slices, shared (one of each), not copied.
 	for _, k := range []string{"Content-Type", "Content-Disposition"} {
-		if v := resp.Header.Get(k); v != "" {
-			h.Set(k, v)
+		if vs := resp.Header[k]; len(vs) > 0 && vs[0] != "" {
+			h[k] = vs[:1:1]
 		}
 	}
 	for _, k := range []string{"X-Request-Id", "Request-Id", "Apim-Request-Id"} {
-		if v := resp.Header.Get(k); v != "" {
-			h.Set("X-Upstream-Request-Id", v)
+		if vs := resp.Header[k]; len(vs) > 0 && vs[0] != "" {
+			h["X-Upstream-Request-Id"] = vs[:1:1]
 			break
 		}
 	}
@@ -244,14 +291,16 @@ func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
 	kvs := make([]jsonx.KV, 0, len(set)+1)
 	if model != "" {
 		if v, ok := jsonx.Member(body, "model"); !ok || string(v) != strconv.Quote(model) || !plainASCII(model) {
-			m, _ := json.Marshal(model)
-			kvs = append(kvs, jsonx.KV{Key: "model", Value: m})
+			kvs = append(kvs, jsonx.KV{Key: "model", Value: quote(model)})
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(set)) {
-		raw, err := json.Marshal(set[k])
-		if err != nil {
-			return nil, err
+		raw, ok := set[k].(json.RawMessage) // already JSON: as it is
+		if !ok {
+			var err error
+			if raw, err = json.Marshal(set[k]); err != nil {
+				return nil, err
+			}
 		}
 		kvs = append(kvs, jsonx.KV{Key: k, Value: raw})
 	}
@@ -259,6 +308,15 @@ func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
 		return body, nil // nothing to change
 	}
 	return jsonx.Set(body, kvs...)
+}
+
+// quote is s as a JSON string.
+func quote(s string) []byte {
+	if plainASCII(s) {
+		return strconv.AppendQuote(nil, s)
+	}
+	b, _ := json.Marshal(s)
+	return b
 }
 
 // plainASCII reports whether s quotes the same in Go and in JSON.
@@ -278,6 +336,29 @@ func ReadAll(r io.Reader, max int64) ([]byte, error) {
 		return nil, errors.New("upstream answer larger than the gateway accepts")
 	}
 	return b, err
+}
+
+// ReadAnswer reads resp's whole body as ReadAll does, into one buffer of
+// the size the answer declares when it declares one (up to a megabyte:
+// a larger one grows as it arrives, as ReadAll's does).
+func ReadAnswer(resp *http.Response, max int64) ([]byte, error) {
+	n := resp.ContentLength
+	if n < 0 || n > min(max, 1<<20) {
+		return ReadAll(resp.Body, max)
+	}
+	b := make([]byte, n+1) // one byte more, to see the body end where it said
+	got, err := io.ReadFull(resp.Body, b)
+	switch {
+	case int64(got) == n && (err == io.ErrUnexpectedEOF || err == io.EOF):
+		return b[:n], nil
+	case err != nil:
+		return nil, err // shorter than declared
+	}
+	rest, err := ReadAll(resp.Body, max-int64(got)) // longer than declared
+	if err != nil {
+		return nil, err
+	}
+	return append(b, rest...), nil
 }
 
 // MaxAnswerBytes bounds a non-streaming answer the gateway reads whole.

@@ -144,6 +144,16 @@ func BenchmarkGatewayAllocs(b *testing.B) {
 				direct(b, g.upstream.URL, c.body)
 			}
 		})
+		b.Run(c.name+"/reverseproxy", func(b *testing.B) {
+			g := newBenchGateway(b, c.serve(b))
+			target, _ := url.Parse(g.upstream.URL)
+			rp := httputil.NewSingleHostReverseProxy(target)
+			rp.FlushInterval = -1
+			b.ReportAllocs()
+			for b.Loop() {
+				viaReverseProxy(b, rp, c.body)
+			}
+		})
 		b.Run(c.name+"/gateway", func(b *testing.B) {
 			g := newBenchGateway(b, c.serve(b))
 			b.ReportAllocs()

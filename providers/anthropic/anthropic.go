@@ -145,7 +145,7 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 			}
 		}
 	}
-	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	b, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err != nil {
 		return res, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}

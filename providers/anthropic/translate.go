@@ -251,7 +251,7 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 	if c.Stream {
 		return p.streamChat(w, resp, res, &c)
 	}
-	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	b, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err != nil {
 		return res, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}

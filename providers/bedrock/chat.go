@@ -46,7 +46,7 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 	if c.Stream {
 		return p.streamChat(ctx, w, resp.Body, &c, r.Model, id)
 	}
-	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	b, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err != nil {
 		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}

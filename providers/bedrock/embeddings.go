@@ -106,7 +106,7 @@ func (p *Provider) invokeJSON(ctx context.Context, model string, body any, out a
 		return 0, perr
 	}
 	defer resp.Body.Close()
-	ans, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	ans, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err == nil {
 		err = json.Unmarshal(ans, out)
 	}

@@ -79,7 +79,7 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 	if head.Stream {
 		return p.streamMessages(ctx, w, resp.Body)
 	}
-	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	b, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err != nil {
 		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}

@@ -150,7 +150,7 @@ func (p *Provider) generate(ctx context.Context, w http.ResponseWriter, r *provi
 			}
 		}
 	}
-	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	b, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err != nil {
 		return res, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}
@@ -364,7 +364,7 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 	if c.Stream {
 		return p.streamChat(w, resp, res, &c, id, created, r.Model)
 	}
-	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	b, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err != nil {
 		return res, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}

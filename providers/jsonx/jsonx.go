@@ -29,17 +29,27 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the end of the string starting at b[i] == '"'.
+// skipString returns the end of the string starting at b[i] == '"': the
+// first quote after it not escaped, that is after an even number of
+// backslashes. (Found with bytes.IndexByte: the strings of a chat are
+// most of its bytes.)
 func skipString(b []byte, i int) (int, error) {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
+	j := i + 1
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return 0, ErrSyntax
+		}
+		j += k
+		escapes := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
 			return j + 1, nil
 		}
+		j++
 	}
-	return 0, ErrSyntax
 }
 
 // skipValue returns the end of the value starting at b[i].

@@ -81,6 +81,36 @@ func FuzzScan(f *testing.F) {
 	})
 }
 
+// skipStringByByte is the scan skipString replaced, byte by byte: the
+// reference FuzzSkipString holds it to.
+func skipStringByByte(b []byte, i int) (int, error) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, nil
+		}
+	}
+	return 0, ErrSyntax
+}
+
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"a"`, `"\\"x"`, `"\"x"`, `"\\\"x"`, `"abc\\`, `"`, `"\u0022"`, `"\\\\"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			return
+		}
+		got, gerr := skipString(b, 0)
+		want, werr := skipStringByByte(b, 0)
+		if got != want || (gerr == nil) != (werr == nil) {
+			t.Fatalf("skipString(%q) = %d, %v; byte by byte %d, %v", b, got, gerr, want, werr)
+		}
+	})
+}
+
 func BenchmarkMember(b *testing.B) {
 	body := []byte(`{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion","created":1741569952,"model":"gpt-4o-2024-08-06",` +
 		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I assist you today?","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],` +

@@ -148,23 +148,29 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, r *provider
 // (stream_options.include_usage) and hides it from a client that did not
 // ask for it.
 func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers.Request) (providers.Result, error) {
-	set := map[string]any{}
+	var set map[string]any
 	clientWantsUsage := false
 	if r.Stream {
-		var so map[string]any
-		if raw, ok := jsonx.Member(r.Body, "stream_options"); ok {
-			_ = json.Unmarshal(raw, &so)
-		}
-		if so == nil {
-			so = map[string]any{}
-		}
-		clientWantsUsage, _ = so["include_usage"].(bool)
-		so["include_usage"] = true
-		set["stream_options"] = so
+		so, wants := withUsage(r.Body)
+		set, clientWantsUsage = map[string]any{"stream_options": so}, wants
 	}
 	return p.send(ctx, w, r, "/chat/completions", set, chatUsage, func(ev sse.Event, res *providers.Result) bool {
 		return chatStream(ev, res, clientWantsUsage)
 	})
+}
+
+// withUsage returns the request's stream_options with include_usage set,
+// its other members kept byte for byte (an absent or malformed one is
+// replaced), and whether the client asked for usage itself.
+func withUsage(body []byte) (json.RawMessage, bool) {
+	so, ok := jsonx.Member(body, "stream_options")
+	if ok {
+		if set, err := jsonx.Set(so, jsonx.KV{Key: "include_usage", Value: []byte("true")}); err == nil {
+			v, _ := jsonx.Member(so, "include_usage")
+			return set, string(v) == "true"
+		}
+	}
+	return json.RawMessage(`{"include_usage":true}`), false
 }
 
 // json sends a JSON operation with the model set to the target's.
@@ -189,7 +195,7 @@ func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers
 	if r.Stream && stream != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		return relay(w, resp, res, stream)
 	}
-	b, err := providers.ReadAll(resp.Body, providers.MaxAnswerBytes)
+	b, err := providers.ReadAnswer(resp, providers.MaxAnswerBytes)
 	if err != nil {
 		return res, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}

@@ -224,7 +224,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	setPolicyHeaders(hdr, d)
 	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
 	hdr.Set("X-Tollgate-Model", t.Model)
-	tw := &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: h.cfg.StreamWriteTimeout}
+	tw := newTrackingWriter(w, h.cfg.StreamWriteTimeout)
 	var out http.ResponseWriter = tw
 	var held *sessionWriter
 	stopRenewing := func() {}
@@ -555,6 +555,30 @@ type trackingWriter struct {
 	rc      *http.ResponseController
 	timeout time.Duration // 0: no deadlines (not supported, or off)
 	armed   time.Time     // when the write deadline was last moved
+}
+
+// newTrackingWriter wraps w, with write deadlines timeout apart when w
+// (or a writer it wraps) takes them.
+func newTrackingWriter(w http.ResponseWriter, timeout time.Duration) *trackingWriter {
+	if !takesDeadlines(w) {
+		timeout = 0 // asked for one, such a writer answers with a new error each time
+	}
+	return &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: timeout}
+}
+
+// takesDeadlines reports whether w, or a writer it wraps, has write
+// deadlines, as http.ResponseController looks for them.
+func takesDeadlines(w http.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case interface{ SetWriteDeadline(time.Time) error }:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return false
+		}
+	}
 }
 
 func (t *trackingWriter) WriteHeader(code int) {
