@@ -30,11 +30,23 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the end of the string starting at b[i] == '"': the
-// first quote after it not escaped, that is after an even number of
-// backslashes. (Found with bytes.IndexByte: the strings of a chat are
-// most of its bytes.)
+// first quote after it not escaped. A short string is scanned byte by
+// byte; past 16 bytes (a chat's contents are most of its bytes) the
+// next quote is found with bytes.IndexByte, and is the end when an even
+// number of backslashes precede it.
 func skipString(b []byte, i int) (int, error) {
 	j := i + 1
+	for end := min(len(b), j+16); j < end; j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, nil
+		}
+	}
+	if j >= len(b) {
+		return 0, ErrSyntax
+	}
 	for {
 		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {

@@ -79,7 +79,16 @@ func parseUsage(raw []byte) (providers.Usage, bool) {
 
 // hasOutput reports whether a chunk's choices carry output: a delta with
 // content, tool calls or a refusal.
+//
+// Most chunks carry text, written compactly: `"content":"` then a
+// character other than the closing quote is text, without a scan of the
+// chunk's structure. (That byte sequence cannot be inside a JSON string,
+// whose quotes are escaped, and in a chunk's choices only a delta's
+// content is a string named so.) Anything else is read member by member.
 func hasOutput(choices []byte) bool {
+	if i := bytes.Index(choices, textStart); i >= 0 && i+len(textStart) < len(choices) && choices[i+len(textStart)] != '"' {
+		return true
+	}
 	found := false
 	_ = jsonx.Elements(choices, func(ch []byte) bool {
 		delta, ok := jsonx.Member(ch, "delta")
@@ -97,6 +106,8 @@ func hasOutput(choices []byte) bool {
 	})
 	return found
 }
+
+var textStart = []byte(`"content":"`)
 
 // empty reports whether a raw JSON value is null, "" or [].
 func empty(v []byte) bool {

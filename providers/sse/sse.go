@@ -13,6 +13,8 @@ import (
 
 // Event is one server-sent event. Raw is the event exactly as it arrived,
 // including its terminating blank line, so it can be relayed unchanged.
+// Data and Raw of an event a Reader returns are its buffers: valid until
+// its next Next.
 type Event struct {
 	Name string // the "event:" field; "" for the default
 	Data []byte // the "data:" lines joined with "\n"
@@ -25,8 +27,9 @@ const MaxEventBytes = 4 << 20
 // Reader reads events from a stream.
 type Reader struct {
 	r   *bufio.Reader
-	src source
-	raw bytes.Buffer
+	src  source
+	raw  bytes.Buffer
+	data bytes.Buffer
 }
 
 // source is the stream under a Reader's buffer; before each read of it,
@@ -77,8 +80,9 @@ var ErrTooLong = errors.New("sse: event too long")
 // and io.ErrUnexpectedEOF when the stream ends inside an event.
 func (rd *Reader) Next() (Event, error) {
 	rd.raw.Reset()
+	rd.data.Reset()
 	var ev Event
-	var data bytes.Buffer
+	data := &rd.data
 	hasData := false
 	for {
 		line, err := rd.r.ReadSlice('\n')
