@@ -6,7 +6,7 @@ import "testing"
 // (compact text) and on the member-by-member one.
 func TestHasOutput(t *testing.T) {
 	for choices, want := range map[string]bool{
-		`[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]`:                                  true,
+		`[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]`:                                 true,
 		`[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]`:    false,
 		`[{"index":0,"delta":{"content": "spaced"}}]`:                                                    true,
 		`[{"index":0,"delta":{"content":null,"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]`: true,

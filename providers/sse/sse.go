@@ -26,7 +26,7 @@ const MaxEventBytes = 4 << 20
 
 // Reader reads events from a stream.
 type Reader struct {
-	r   *bufio.Reader
+	r    *bufio.Reader
 	src  source
 	raw  bytes.Buffer
 	data bytes.Buffer
