@@ -275,6 +275,14 @@ func (l *Limiter) Complete(ctx context.Context, now time.Time, lease *Lease, use
 // LeaseTTL is how long a lease holds its slots without renewal.
 func (l *Limiter) LeaseTTL() time.Duration { return l.leaseTTL }
 
+// InProcess reports whether the limiter's store keeps its state in this
+// process (it says so with an InProcess method): a call to it never
+// waits on a network, so it needs no deadline.
+func (l *Limiter) InProcess() bool {
+	s, ok := l.store.(interface{ InProcess() bool })
+	return ok && s.InProcess()
+}
+
 // Renew extends a lease by LeaseTTL from now, for a request still running,
 // and reports whether it still holds its slots.
 func (l *Limiter) Renew(ctx context.Context, now time.Time, lease *Lease) (bool, error) {

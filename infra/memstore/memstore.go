@@ -73,6 +73,10 @@ func New() *Store {
 	}
 }
 
+// InProcess reports true: the store's calls never wait on a network (see
+// limiter.Limiter.InProcess).
+func (s *Store) InProcess() bool { return true }
+
 // Charge implements limiter.Store.
 func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charge, l *limiter.Lease) (limiter.Outcome, error) {
 	if err := limiter.CheckCharges(charges); err != nil {

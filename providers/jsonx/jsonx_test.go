@@ -82,7 +82,7 @@ func FuzzScan(f *testing.F) {
 }
 
 // skipStringByByte is the scan skipString replaced, byte by byte: the
-// reference FuzzSkipString holds it to.
+// reference FuzzSkipString holds its eight-bytes-at-a-time scan to.
 func skipStringByByte(b []byte, i int) (int, error) {
 	for j := i + 1; j < len(b); j++ {
 		switch b[j] {
@@ -96,7 +96,7 @@ func skipStringByByte(b []byte, i int) (int, error) {
 }
 
 func FuzzSkipString(f *testing.F) {
-	for _, s := range []string{`"a"`, `"\\"x"`, `"\"x"`, `"\\\"x"`, `"abc\\`, `"`, `"\u0022"`, `"\\\\"`} {
+	for _, s := range []string{`"a"`, `"\\"x"`, `"\"x"`, `"\\\"x"`, `"abc\\`, `"`, `"\u0022"`, `"\\\\"`, `"abcdefg\\"hijklmnop"`, `"abcdefgh\\\\"x`, `"0123456789abcdef\\u00e9"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -26,10 +26,15 @@ const MaxEventBytes = 4 << 20
 
 // Reader reads events from a stream.
 type Reader struct {
-	r    *bufio.Reader
-	src  source
-	raw  bytes.Buffer
-	data bytes.Buffer
+	src source
+	*buffers
+}
+
+// buffers are what a Reader reads into, pooled: its read buffer, and the
+// event it is gathering, as it arrived and its data.
+type buffers struct {
+	r         *bufio.Reader
+	raw, data bytes.Buffer
 }
 
 // source is the stream under a Reader's buffer; before each read of it,
@@ -49,7 +54,7 @@ func (s *source) Read(p []byte) (int, error) {
 // NewReader returns a Reader on r. Close gives its buffer back.
 func NewReader(r io.Reader) *Reader {
 	rd := &Reader{src: source{r: r}}
-	rd.r = readers.Get().(*bufio.Reader)
+	rd.buffers = readers.Get().(*buffers)
 	rd.r.Reset(&rd.src)
 	return rd
 }
@@ -61,17 +66,27 @@ func NewReader(r io.Reader) *Reader {
 func (rd *Reader) RelayTo(sw *Writer) { rd.src.sw = sw }
 
 // Close lets the reader's buffer serve another stream.
+// The events it returned are not to be used after.
 func (rd *Reader) Close() {
-	if rd.r != nil {
-		rd.r.Reset(nil)
-		readers.Put(rd.r)
-		rd.r = nil
+	b := rd.buffers
+	if b == nil {
+		return
+	}
+	rd.buffers = nil
+	b.r.Reset(nil)
+	if b.raw.Cap() <= maxPooledEvent && b.data.Cap() <= maxPooledEvent {
+		b.raw.Reset()
+		b.data.Reset()
+		readers.Put(b)
 	}
 }
 
 // readers pools the buffers of Readers: an event is a few hundred bytes,
-// and a longer line is gathered whole anyway.
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+// and a longer line is gathered whole anyway. One that held an event
+// over maxPooledEvent is left to the collector.
+var readers = sync.Pool{New: func() any { return &buffers{r: bufio.NewReaderSize(nil, 4<<10)} }}
+
+const maxPooledEvent = 64 << 10
 
 // ErrTooLong is returned for an event over MaxEventBytes.
 var ErrTooLong = errors.New("sse: event too long")

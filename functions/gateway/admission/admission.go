@@ -181,6 +181,9 @@ type Orchestrator struct {
 	// migrations is what this instance counted of migrations' answers.
 	migrations migrationBook
 
+	// inProcess is the limiter's InProcess: see LimiterCall.
+	inProcess bool
+
 	failOpenAdmits atomic.Int64
 	shadowRefusals atomic.Int64
 }
@@ -232,7 +235,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = Sleep
 	}
-	o := &Orchestrator{cfg: cfg, log: cfg.Logger, cool: lru.New[string, cooldownEntry](maxCooldownEntries)}
+	o := &Orchestrator{cfg: cfg, log: cfg.Logger, cool: lru.New[string, cooldownEntry](maxCooldownEntries), inProcess: cfg.Limiter.InProcess()}
 	o.upstream.recorded = lru.New[string, recordedReport](maxCooldownEntries)
 	o.upstream.warned = map[string]bool{}
 	return o, nil

@@ -82,6 +82,16 @@ func (o *Orchestrator) StoreCall(ctx context.Context, call func(ctx context.Cont
 	return err
 }
 
+// LimiterCall is StoreCall for a call of the limiter's: one whose store
+// is in this process (limiter.Limiter.InProcess) cannot stall, so its
+// calls run with no deadline of their own, and cost no timer.
+func (o *Orchestrator) LimiterCall(ctx context.Context, call func(ctx context.Context) error) error {
+	if o.inProcess {
+		return call(ctx)
+	}
+	return o.StoreCall(ctx, call)
+}
+
 // StoreContext is a detached context with the store deadline, for writes
 // that must happen even when the client has gone (cooldowns, sessions,
 // batch records).

@@ -90,7 +90,7 @@ func (a *Admission) budgetLow(ctx context.Context, now time.Time, t providers.Ta
 		return false
 	}
 	var ex limiter.Explanation
-	if err := a.o.StoreCall(ctx, func(ctx context.Context) (err error) {
+	if err := a.o.LimiterCall(ctx, func(ctx context.Context) (err error) {
 		ex, err = a.o.cfg.Limiter.Explain(ctx, now, lr)
 		return err
 	}); err != nil {

@@ -381,7 +381,7 @@ func (a *Admission) decide(ctx context.Context, now time.Time, lr limiter.Reques
 		return limiter.Decision{Allowed: true}, nil
 	}
 	var d limiter.Decision
-	err := a.o.StoreCall(ctx, func(ctx context.Context) error {
+	err := a.o.LimiterCall(ctx, func(ctx context.Context) error {
 		if a.dry {
 			ex, err := a.o.cfg.Limiter.Explain(ctx, now, lr)
 			d = ex.Decision

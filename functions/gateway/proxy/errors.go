@@ -151,6 +151,12 @@ var rateHeaders = [2][3]string{
 }
 
 func setRateHeaders(h http.Header, d limiter.Decision) {
+	// The values share one array: one allocation, not one a header.
+	vals := make([]string, 0, 6)
+	set := func(name, v string) {
+		vals = append(vals, v)
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	for i, q := range [2]limiter.Quota{d.Requests, d.Tokens} {
 		names := rateHeaders[i]
 		delete(h, names[0])
@@ -160,10 +166,10 @@ func setRateHeaders(h http.Header, d limiter.Decision) {
 			continue
 		}
 		// Canonical names set directly: no canonicalising on every call.
-		h[names[0]] = []string{strconv.FormatInt(q.Limit, 10)}
-		h[names[1]] = []string{strconv.FormatInt(q.Remaining, 10)}
+		set(names[0], strconv.FormatInt(q.Limit, 10))
+		set(names[1], strconv.FormatInt(q.Remaining, 10))
 		if q.HasReset {
-			h[names[2]] = []string{limiter.FormatReset(q.Reset)}
+			set(names[2], limiter.FormatReset(q.Reset))
 		}
 	}
 }

@@ -375,6 +375,13 @@ func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limit
 	if lease == nil {
 		return
 	}
+	if h.cfg.Limiter.InProcess() {
+		// Its store cannot stall, nor fail but for a bug: no deadlines.
+		if err := h.cfg.Limiter.Complete(context.WithoutCancel(ctx), h.cfg.Now(), lease, used); err != nil {
+			h.log.Error("could not record completion", "request_id", reqID, "lease", lease.ID, "err", err)
+		}
+		return
+	}
 	budget := h.cfg.CompletionTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		budget = min(budget, time.Until(dl)-time.Second)

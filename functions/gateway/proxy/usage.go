@@ -65,7 +65,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	h.adm.Refresh(r.Context())
 	now := h.cfg.Now()
 	var us []limiter.RuleUsage
-	err := h.adm.StoreCall(r.Context(), func(ctx context.Context) (err error) {
+	err := h.adm.LimiterCall(r.Context(), func(ctx context.Context) (err error) {
 		us, err = h.cfg.Limiter.Usage(ctx, now, limiter.Subject{UserPath: caller.UserPath, Key: caller.KeyID, Tags: caller.Tags})
 		return err
 	})
