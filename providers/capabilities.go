@@ -124,8 +124,8 @@ var builtin = []struct {
 func BuiltinCapabilities(model string) (Capabilities, bool) {
 	m := BaseModelID(model)
 	best := -1
-	for i, e := range builtin {
-		if strings.HasPrefix(m, e.prefix) && (best < 0 || len(e.prefix) > len(builtin[best].prefix)) {
+	for i := range builtin { // by index: an entry is too large to copy for a look at its prefix
+		if p := builtin[i].prefix; strings.HasPrefix(m, p) && (best < 0 || len(p) > len(builtin[best].prefix)) {
 			best = i
 		}
 	}

@@ -202,6 +202,8 @@ func retryDelayFromBody(body []byte) time.Duration {
 }
 
 // forwarded are the client headers passed upstream; credentials never are.
+var jsonContentType = []string{"application/json"}
+
 var forwarded = []string{"Content-Type", "Accept", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
 
 // NewRequest builds an upstream request carrying body (none for GET, HEAD
@@ -218,13 +220,15 @@ func NewRequest(ctx context.Context, method, url string, body []byte, client htt
 	if err != nil {
 		return nil, err
 	}
+	// Canonical names read and written as they are; the client's value
+	// slices shared (one of each), not copied.
 	for _, k := range forwarded {
-		if v := client.Get(k); v != "" {
-			req.Header.Set(k, v)
+		if vs := client[k]; len(vs) > 0 && vs[0] != "" {
+			req.Header[k] = vs[:1:1]
 		}
 	}
-	if body != nil && req.Header.Get("Content-Type") == "" {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil && header(req.Header, "Content-Type") == "" {
+		req.Header["Content-Type"] = jsonContentType
 	}
 	return req, nil
 }

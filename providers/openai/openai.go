@@ -47,6 +47,7 @@ type Azure struct {
 type Provider struct {
 	cfg    Config
 	client *http.Client
+	auth   credential
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -67,7 +68,7 @@ func New(cfg Config) (*Provider, error) {
 	if c == nil {
 		c = providers.NewHTTPClient(cfg.Timeout)
 	}
-	return &Provider{cfg: cfg, client: c}, nil
+	return &Provider{cfg: cfg, client: c, auth: credentialOf(cfg)}, nil
 }
 
 // Name implements providers.Provider.
@@ -91,15 +92,30 @@ func (p *Provider) endpoint(model, path string) string {
 	return p.cfg.BaseURL + path
 }
 
+// authorize sets the provider's credential on req: the value built once,
+// shared by every request (a slice of one, which an Add would copy).
 func (p *Provider) authorize(req *http.Request) {
-	if p.cfg.APIKey == "" {
-		return
+	if p.auth.name != "" {
+		req.Header[p.auth.name] = p.auth.value
 	}
-	if p.cfg.Azure != nil {
-		req.Header.Set("Api-Key", p.cfg.APIKey)
-		return
+}
+
+// credential is the header a provider's key is sent in.
+type credential struct {
+	name  string
+	value []string
+}
+
+// credentialOf is the header cfg's key goes in: Azure's Api-Key, else a
+// bearer token; none without a key.
+func credentialOf(cfg Config) credential {
+	switch {
+	case cfg.APIKey == "":
+		return credential{}
+	case cfg.Azure != nil:
+		return credential{"Api-Key", []string{cfg.APIKey}}
 	}
-	req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
+	return credential{"Authorization", []string{"Bearer " + cfg.APIKey}}
 }
 
 // request sends one upstream request with the provider's credentials.
