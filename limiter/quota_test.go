@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,42 @@ func TestBedrockQuotaSharded(t *testing.T) {
 	if got := tokensOf(t, l, t0, limiter.ScopeModel); got != 1_100 {
 		t.Fatalf("settled to %d, want 1,100", got)
 	}
+}
+
+// A charge re-placed on the shards with room (its first shard was full)
+// keeps the burndown it was planned with, and so settles exactly.
+func TestBedrockQuotaReplacedKeepsBurndown(t *testing.T) {
+	r := bedrockRule()
+	w := r.Limit.(limiter.Window)
+	w.MaxTokens, r.Shards = 8_000, 4
+	r.Limit = w
+	store := memstore.New()
+	rs, _ := limiter.NewRules([]limiter.Rule{r})
+	l, _ := limiter.New(limiter.Config{Store: store, Rules: rs})
+	admit(t, l, t0, bedrockRequest("fill")) // 5,100 over three shards: two are full
+	for i := range 40 {
+		req := bedrockRequest(fmt.Sprintf("small-%d", i))
+		req.OutputTokens = 100 // 100 + 100 × 5 = 600
+		d := admit(t, l, t0, req)
+		if !d.Allowed || !strings.HasSuffix(d.Lease.ID, "~s") {
+			continue // placed on its first shard, or no room left
+		}
+		for _, c := range d.Lease.Charges {
+			if c.Burndown != 5 {
+				t.Fatalf("re-placed part %+v has burndown %d, want 5", c.Counter, c.Burndown)
+			}
+		}
+		before := tokensOf(t, l, t0, limiter.ScopeModel)
+		used := limiter.Usage{InputTokens: 100, OutputTokens: 20, Exact: true} // 100 + 20 × 5 = 200
+		if _, err := store.Settle(context.Background(), []limiter.Settlement{{Lease: d.Lease, Used: used}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := tokensOf(t, l, t0, limiter.ScopeModel); got != before-400 {
+			t.Fatalf("settled to %d, want %d (600 reserved, 200 used)", got, before-400)
+		}
+		return
+	}
+	t.Fatal("no request was re-placed: the test no longer reaches spread.place")
 }
 
 // Explain shows a Bedrock window's charge and the burndown it was

@@ -208,6 +208,7 @@ func (g *shardGroup) split(now time.Time, proto Charge, amount int64) ([]Charge,
 func (g *shardGroup) part(now time.Time, proto Charge, k int, amount int64) Charge {
 	p := g.owner.newCharge(now, proto.Counter.Child, proto.Counter.Kind, g.owner.limitOf(proto.Counter.Kind), k)
 	p.whole = proto.whole
+	p.Burndown, p.settleWait = proto.Burndown, proto.settleWait // what plan set on the charge
 	setShard(&p, proto.whole, k, len(g.limits))
 	if p.Prev != nil {
 		p.Prev.Share[0] = p.Limit

@@ -46,11 +46,11 @@ func NewHTTPClient(headerTimeout time.Duration) *http.Client {
 // failure or timeout (Status 0), or an error status with its body (at most
 // MaxErrorBody) and the rate-limit headers parsed.
 //
-// An upstream's redirect is not followed: an API does not redirect, and
-// the request's key is not sent on. The client's transport is called
-// straight when the client adds nothing else to one request (no timeout,
-// cookie jar or redirect policy of its own), which spares a copy of the
-// headers and a timer per request.
+// The client's transport is called straight when the client would add
+// nothing to the request (no timeout, cookie jar or redirect policy of
+// its own, no user and password in the URL), which spares a copy of the
+// headers and a timer per request; a redirect is then followed as the
+// client follows it (TestSendFollowsRedirects).
 func Send(client *http.Client, provider string, req *http.Request) (*http.Response, *Error) {
 	resp, err := roundTrip(client, req)
 	if err != nil {
@@ -75,12 +75,12 @@ func Send(client *http.Client, provider string, req *http.Request) (*http.Respon
 	return nil, e
 }
 
-// roundTrip sends req once, as Send says.
+// roundTrip sends req as client.Do does: straight to the client's
+// transport when the client would add nothing to it (see Send), through
+// client.Do otherwise or when the upstream redirects.
 func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
-	if client.Timeout != 0 || client.Jar != nil || client.CheckRedirect != nil {
-		c := *client
-		c.CheckRedirect = noRedirects(client.CheckRedirect)
-		return c.Do(req)
+	if client.Timeout != 0 || client.Jar != nil || client.CheckRedirect != nil || req.URL.User != nil {
+		return client.Do(req)
 	}
 	rt := client.Transport
 	if rt == nil {
@@ -90,20 +90,31 @@ func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return resp, nil
+	if resp.Body == nil {
+		resp.Body = http.NoBody // as the client guarantees
+	}
+	if !redirected(resp.StatusCode) || (req.Body != nil && req.GetBody == nil) {
+		return resp, nil
+	}
+	// Rare: let the client follow the redirect, with the body again.
+	resp.Body.Close()
+	again := req.Clone(req.Context())
+	if req.GetBody != nil {
+		if again.Body, err = req.GetBody(); err != nil {
+			return nil, err
+		}
+	}
+	return client.Do(again)
 }
 
-// noRedirects is a redirect policy that follows none, after asking the
-// client's own (which may refuse with an error of its own).
-func noRedirects(own func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
-	return func(req *http.Request, via []*http.Request) error {
-		if own != nil {
-			if err := own(req, via); err != nil {
-				return err
-			}
-		}
-		return http.ErrUseLastResponse
+// redirected reports whether status is one client.Do follows.
+func redirected(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
 	}
+	return false
 }
 
 // ParseLimits reads a provider's rate-limit headers: OpenAI's and Azure's
@@ -201,9 +212,9 @@ func retryDelayFromBody(body []byte) time.Duration {
 	return 0
 }
 
-// forwarded are the client headers passed upstream; credentials never are.
 var jsonContentType = []string{"application/json"}
 
+// forwarded are the client headers passed upstream; credentials never are.
 var forwarded = []string{"Content-Type", "Accept", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
 
 // NewRequest builds an upstream request carrying body (none for GET, HEAD

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -42,26 +43,39 @@ func TestReadAnswer(t *testing.T) {
 	}
 }
 
-// Send follows no redirect, whether it calls the transport straight or a
-// client with a redirect policy of its own.
-func TestSendFollowsNoRedirect(t *testing.T) {
-	followed := false
+// Send sends what client.Do would: a redirect followed with the body
+// again, whether the transport is called straight or through a client
+// with a redirect policy of its own, and a URL's user and password as
+// basic authentication.
+func TestSendFollowsRedirects(t *testing.T) {
+	var got []string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/elsewhere" {
-			followed = true
-			return
+		body, _ := io.ReadAll(r.Body)
+		user, pass, _ := r.BasicAuth()
+		got = append(got, r.URL.Path+" "+string(body)+" "+user+":"+pass)
+		if r.URL.Path == "/v1/chat" {
+			http.Redirect(w, r, "/v1/chat/", http.StatusTemporaryRedirect)
 		}
-		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
 	}))
 	defer up.Close()
 	for _, client := range []*http.Client{
 		NewHTTPClient(0),
 		{CheckRedirect: func(*http.Request, []*http.Request) error { return nil }},
 	} {
-		req, _ := http.NewRequest(http.MethodPost, up.URL+"/v1/chat", strings.NewReader("{}"))
+		got = nil
+		req, _ := http.NewRequest(http.MethodPost, up.URL+"/v1/chat", strings.NewReader(`{"a":1}`))
 		resp, perr := Send(client, "p", req)
-		if resp != nil || perr == nil || perr.Status != http.StatusTemporaryRedirect || followed {
-			t.Fatalf("redirect: response %v, error %+v, followed %v; want the 307 as the upstream's error", resp, perr, followed)
+		if perr != nil || resp.StatusCode != http.StatusOK || len(got) == 0 || got[len(got)-1] != `/v1/chat/ {"a":1} :` {
+			t.Fatalf("redirect: %v, %+v; upstream saw %q", resp, perr, got)
 		}
+		resp.Body.Close()
 	}
+	u, _ := url.Parse(up.URL + "/v1/chat/")
+	u.User = url.UserPassword("svc", "secret")
+	req, _ := http.NewRequest(http.MethodPost, u.String(), strings.NewReader(`{}`))
+	resp, perr := Send(NewHTTPClient(0), "p", req)
+	if perr != nil || got[len(got)-1] != "/v1/chat/ {} svc:secret" {
+		t.Fatalf("basic auth from the URL: %+v; upstream saw %q", perr, got)
+	}
+	resp.Body.Close()
 }

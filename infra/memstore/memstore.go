@@ -74,7 +74,8 @@ func New() *Store {
 }
 
 // InProcess reports true: the store's calls never wait on a network (see
-// limiter.Limiter.InProcess).
+// limiter.Limiter.InProcess), so the gateway puts no deadline on them. A
+// test double that embeds Store to stall or fail must say false.
 func (s *Store) InProcess() bool { return true }
 
 // Charge implements limiter.Store.
@@ -366,7 +367,8 @@ func (s *Store) sweep(now time.Time) {
 	s.swept = now
 	ns := now.UnixNano()
 	for k, c := range s.counters {
-		if c.expires != 0 && c.expires < ns {
+		// A gauge's cell left at zero (a charge of nothing) has no expiry.
+		if c.expires != 0 && c.expires < ns || c.expires == 0 && c.n == 0 && c.reserved == 0 {
 			delete(s.counters, k)
 		}
 	}
