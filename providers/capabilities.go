@@ -119,12 +119,23 @@ var builtin = []struct {
 	{"nova-micro", Capabilities{128_000, 10_000, y, n, n, n, nil, "amazon"}},
 }
 
+// builtinByFirst indexes builtin by the first byte of each prefix.
+var builtinByFirst = func() (by [256][]int) {
+	for i, e := range builtin {
+		by[e.prefix[0]] = append(by[e.prefix[0]], i)
+	}
+	return by
+}()
+
 // BuiltinCapabilities returns what the built-in table knows of a model,
 // and whether it knows it at all (see BaseModelID for the ids it reads).
 func BuiltinCapabilities(model string) (Capabilities, bool) {
 	m := BaseModelID(model)
+	if m == "" {
+		return Capabilities{}, false
+	}
 	best := -1
-	for i := range builtin { // by index: an entry is too large to copy for a look at its prefix
+	for _, i := range builtinByFirst[m[0]] { // the entries whose prefix m could start with
 		if p := builtin[i].prefix; strings.HasPrefix(m, p) && (best < 0 || len(p) > len(builtin[best].prefix)) {
 			best = i
 		}

@@ -9,9 +9,12 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/providers/jsonx"
@@ -220,6 +223,18 @@ var forwarded = []string{"Content-Type", "Accept", "Openai-Beta", "Anthropic-Ver
 // NewRequest builds an upstream request carrying body (none for GET, HEAD
 // and DELETE) and the client headers worth forwarding.
 func NewRequest(ctx context.Context, method, url string, body []byte, client http.Header) (*http.Request, error) {
+	return newRequest(ctx, method, url, nil, body, client)
+}
+
+// NewRequestTo is NewRequest to a URL already parsed (URLCache.Parse),
+// which the request then owns.
+func NewRequestTo(ctx context.Context, method string, u *url.URL, body []byte, client http.Header) (*http.Request, error) {
+	return newRequest(ctx, method, "", u, body, client)
+}
+
+// newRequest builds the request of NewRequest to raw, or to parsed when
+// it is set.
+func newRequest(ctx context.Context, method, raw string, parsed *url.URL, body []byte, client http.Header) (*http.Request, error) {
 	if method == http.MethodGet || method == http.MethodHead || method == http.MethodDelete {
 		body = nil
 	}
@@ -227,9 +242,13 @@ func NewRequest(ctx context.Context, method, url string, body []byte, client htt
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	req, err := http.NewRequestWithContext(ctx, method, raw, rd)
 	if err != nil {
 		return nil, err
+	}
+	if parsed != nil {
+		parsed.Host = strings.TrimSuffix(parsed.Host, ":") // as NewRequest does
+		req.URL, req.Host = parsed, parsed.Host
 	}
 	// Canonical names read and written as they are; the client's value
 	// slices shared (one of each), not copied.
@@ -242,6 +261,35 @@ func NewRequest(ctx context.Context, method, url string, body []byte, client htt
 		req.Header["Content-Type"] = jsonContentType
 	}
 	return req, nil
+}
+
+// URLCache keeps the parsed form of up to maxCachedURLs of an adapter's
+// upstream URLs (its base URL and an operation's path: a handful), so
+// that a request does not parse its URL again. Safe for concurrent use.
+type URLCache struct {
+	m sync.Map // string → *url.URL, never changed once stored
+	n atomic.Int32
+}
+
+const maxCachedURLs = 64
+
+// Parse returns a copy of raw parsed, the caller's to change.
+func (c *URLCache) Parse(raw string) (*url.URL, error) {
+	if v, ok := c.m.Load(raw); ok {
+		u := *v.(*url.URL)
+		return &u, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if c.n.Load() < maxCachedURLs {
+		if _, loaded := c.m.LoadOrStore(raw, u); !loaded {
+			c.n.Add(1)
+		}
+	}
+	cp := *u
+	return &cp, nil
 }
 
 // Answered is the Result of an upstream answer as its headers tell it: the

@@ -48,6 +48,7 @@ type Provider struct {
 	cfg    Config
 	client *http.Client
 	auth   credential
+	urls   providers.URLCache
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -120,7 +121,11 @@ func credentialOf(cfg Config) credential {
 
 // request sends one upstream request with the provider's credentials.
 func (p *Provider) request(ctx context.Context, method, u string, body []byte, r *providers.Request) (*http.Response, *providers.Error) {
-	req, err := providers.NewRequest(ctx, method, u, body, r.Header)
+	parsed, err := p.urls.Parse(u)
+	if err != nil {
+		return nil, &providers.Error{Provider: p.cfg.Name, Err: err}
+	}
+	req, err := providers.NewRequestTo(ctx, method, parsed, body, r.Header)
 	if err != nil {
 		return nil, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}
