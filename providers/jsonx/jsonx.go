@@ -310,6 +310,40 @@ func keyString(s []byte) string {
 	return k
 }
 
+// plainASCIIKey reports whether a raw key's inside is ASCII with no escape.
+func plainASCIIKey(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiFoldedOnly reports whether the ASCII bytes b spell the ASCII name n
+// but for case, and not exactly.
+func asciiFoldedOnly(b []byte, n string) bool {
+	if len(b) != len(n) || string(b) == n {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], n[i]
+		if x == y {
+			continue
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
 // Duplicate returns the first member name that appears twice in one
 // object anywhere in the JSON value b (names compared as a decoder
 // unescapes them, exactly), and its path ("messages[0].content"). Parsers
@@ -402,6 +436,17 @@ func duplicate(v []byte, parts []pathPart) (string, []pathPart, bool) {
 // ignores it.
 func Folded(obj []byte, names ...string) (got, want string, found bool) {
 	_ = Fields(obj, func(k []byte, _, _ int) bool {
+		if inner := k[1 : len(k)-1]; plainASCIIKey(inner) {
+			// Two ASCII strings fold alike exactly when their letters
+			// match but for case: compared in place, nothing allocated.
+			for _, n := range names {
+				if asciiFoldedOnly(inner, n) {
+					got, want, found = string(inner), n, true
+					return false
+				}
+			}
+			return true
+		}
 		key := keyString(k)
 		for _, n := range names {
 			if key != n && strings.EqualFold(key, n) {

@@ -3,6 +3,7 @@ package jsonx
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -150,4 +151,35 @@ func TestDuplicateAndFolded(t *testing.T) {
 	if got, _, ok := Folded([]byte("{\"max_to\u212aens\":1}"), "max_tokens"); !ok || got != "max_to\u212aens" {
 		t.Errorf("the Kelvin sign folds to k, as encoding/json matches: %q %v", got, ok)
 	}
+}
+
+// foldedByKeyString is Folded as it was, each key unescaped into a string
+// and compared with strings.EqualFold: the reference FuzzFolded holds the
+// in-place comparison of ASCII keys to.
+func foldedByKeyString(obj []byte, names ...string) (got, want string, found bool) {
+	_ = Fields(obj, func(k []byte, _, _ int) bool {
+		key := keyString(k)
+		for _, n := range names {
+			if key != n && strings.EqualFold(key, n) {
+				got, want, found = key, n, true
+				return false
+			}
+		}
+		return true
+	})
+	return got, want, found
+}
+
+func FuzzFolded(f *testing.F) {
+	for _, s := range []string{`{"MAX_TOKENS":1}`, `{"model":"a","Stream":true}`, `{"max_tokens":1}`, `{"N":2}`, `{"\u006dodel":1}`, `{"mode\u212a":1}`, `{"max_to[ens":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		names := []string{"model", "stream", "max_tokens", "n", "stream_options"}
+		g1, w1, f1 := Folded(b, names...)
+		g2, w2, f2 := foldedByKeyString(b, names...)
+		if g1 != g2 || w1 != w2 || f1 != f2 {
+			t.Fatalf("Folded(%q) = %q %q %v; by key strings %q %q %v", b, g1, w1, f1, g2, w2, f2)
+		}
+	})
 }

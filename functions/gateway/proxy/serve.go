@@ -85,12 +85,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			if st.DowngradedFrom != "" {
 				w.Header().Set(HeaderDowngradedFrom, st.DowngradedFrom)
 			} else {
-				w.Header().Del(HeaderDowngradedFrom)
+				delete(w.Header(), HeaderDowngradedFrom) // canonical: no Del's canonicalising
 			}
 			if st.Migration != "" {
 				w.Header().Set(HeaderMigration, st.Migration)
 			} else {
-				w.Header().Del(HeaderMigration)
+				delete(w.Header(), HeaderMigration)
 			}
 			limits, perr := h.forward(w, r, ex, st, reqID)
 			if perr == errClientGone || perr == errAnswered {
@@ -222,8 +222,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	hdr := w.Header()
 	setRateHeaders(hdr, d)
 	setPolicyHeaders(hdr, d)
-	hdr.Set("X-Tollgate-Provider", t.Provider.Name())
-	hdr.Set("X-Tollgate-Model", t.Model)
+	names := []string{t.Provider.Name(), t.Model} // one array for the two
+	hdr["X-Tollgate-Provider"], hdr["X-Tollgate-Model"] = names[0:1:1], names[1:2:2]
 	tw := newTrackingWriter(w, h.cfg.StreamWriteTimeout)
 	var out http.ResponseWriter = tw
 	var held *sessionWriter
