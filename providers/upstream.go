@@ -215,6 +215,8 @@ func retryDelayFromBody(body []byte) time.Duration {
 	return 0
 }
 
+// jsonContentType is the Content-Type of a JSON body, shared by every
+// request that names none (a slice of one: an Add copies it).
 var jsonContentType = []string{"application/json"}
 
 // forwarded are the client headers passed upstream; credentials never are.

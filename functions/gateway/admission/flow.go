@@ -258,7 +258,7 @@ func (a *Admission) consider(sk *Skip) {
 // (returning false), or returns the step to take.
 func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, bool) {
 	now := a.clock()
-	if until, ok := a.cooling[CooldownKey(t)]; ok && until.After(now) {
+	if until, ok := a.cooldownOf(t); ok && until.After(now) {
 		a.logf("skipped: provider cooling down after a 429", "provider", t.Provider.Name(), "target_model", t.Model,
 			"until", until, "next_target", true)
 		a.look(t, limiter.Request{})
@@ -331,6 +331,16 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 		a.fellBack(t)
 	}
 	return st, true
+}
+
+// cooldownOf is the end of target t's cooldown, if the pass found one
+// (its key is built only then: most passes find none).
+func (a *Admission) cooldownOf(t providers.Target) (time.Time, bool) {
+	if len(a.cooling) == 0 {
+		return time.Time{}, false
+	}
+	until, ok := a.cooling[CooldownKey(t)]
+	return until, ok
 }
 
 // skipIncompatible records that target t cannot take the request.
