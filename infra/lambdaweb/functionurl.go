@@ -62,13 +62,9 @@ func ServeFunctionURL(ctx context.Context, h http.Handler, ev events.LambdaFunct
 
 // FunctionURLRequest builds the http.Request of a function URL event.
 func FunctionURLRequest(ctx context.Context, ev events.LambdaFunctionURLRequest) (*http.Request, error) {
-	body := []byte(ev.Body)
-	if ev.IsBase64Encoded {
-		b, err := base64.StdEncoding.DecodeString(ev.Body)
-		if err != nil {
-			return nil, errors.New("event body is not valid base64")
-		}
-		body = b
+	body, err := eventBody(ev.Body, ev.IsBase64Encoded)
+	if err != nil {
+		return nil, err
 	}
 	raw := ev.RawPath
 	if raw == "" {
@@ -97,12 +93,7 @@ func FunctionURLRequest(ctx context.Context, ev events.LambdaFunctionURLRequest)
 	if req.Host == "" {
 		req.Host = ev.RequestContext.DomainName
 	}
-	req.RequestURI = u.RequestURI()
-	req.RemoteAddr = ev.RequestContext.HTTP.SourceIP
-	req.ContentLength = int64(len(body))
-	if id := ev.RequestContext.RequestID; id != "" && req.Header.Get("X-Amzn-Request-Id") == "" {
-		req.Header.Set("X-Amzn-Request-Id", id)
-	}
+	settle(req, u, len(body), ev.RequestContext.HTTP.SourceIP, ev.RequestContext.RequestID)
 	return req, nil
 }
 

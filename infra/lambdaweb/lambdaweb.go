@@ -169,13 +169,9 @@ func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Reque
 			q.Set(k, v)
 		}
 	}
-	body := []byte(ev.Body)
-	if ev.IsBase64Encoded {
-		b, err := base64.StdEncoding.DecodeString(ev.Body)
-		if err != nil {
-			return nil, errors.New("event body is not valid base64")
-		}
-		body = b
+	body, err := eventBody(ev.Body, ev.IsBase64Encoded)
+	if err != nil {
+		return nil, err
 	}
 	path := ev.Path
 	if path == "" {
@@ -197,11 +193,30 @@ func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Reque
 		}
 	}
 	req.Host = req.Header.Get("Host")
-	req.RequestURI = u.RequestURI()
-	req.RemoteAddr = ev.RequestContext.Identity.SourceIP
-	req.ContentLength = int64(len(body))
-	if id := ev.RequestContext.RequestID; id != "" && req.Header.Get("X-Amzn-Request-Id") == "" {
-		req.Header.Set("X-Amzn-Request-Id", id)
-	}
+	settle(req, u, len(body), ev.RequestContext.Identity.SourceIP, ev.RequestContext.RequestID)
 	return req, nil
+}
+
+// eventBody is an event's body, decoded when the event says it is base64.
+func eventBody(body string, encoded bool) ([]byte, error) {
+	if !encoded {
+		return []byte(body), nil
+	}
+	b, err := base64.StdEncoding.DecodeString(body)
+	if err != nil {
+		return nil, errors.New("event body is not valid base64")
+	}
+	return b, nil
+}
+
+// settle sets what an event's request carries beside its method, URL,
+// headers and body: the request URI, the client's address, the body's
+// length, and the invocation's request id unless the client sent one.
+func settle(req *http.Request, u *url.URL, bodyLen int, sourceIP, requestID string) {
+	req.RequestURI = u.RequestURI()
+	req.RemoteAddr = sourceIP
+	req.ContentLength = int64(bodyLen)
+	if requestID != "" && req.Header.Get("X-Amzn-Request-Id") == "" {
+		req.Header.Set("X-Amzn-Request-Id", requestID)
+	}
 }
