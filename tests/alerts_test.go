@@ -76,6 +76,20 @@ func (rc *alertReceiver) doc(id string) map[string]any {
 }
 
 // waitFor polls cond for a bounded time.
+// awayFromMidnight waits, when UTC midnight is less than d away, until it
+// has passed: a test that spends a daily budget in real time for up to d
+// must not see the budget's day end halfway (it failed so once, run at
+// 23:59:58 UTC).
+func awayFromMidnight(t *testing.T, d time.Duration) {
+	t.Helper()
+	now := time.Now().UTC()
+	midnight := now.Truncate(24 * time.Hour).Add(24 * time.Hour)
+	if wait := midnight.Sub(now); wait < d {
+		t.Logf("waiting %s for UTC midnight to pass", wait.Round(time.Second))
+		time.Sleep(wait + time.Second)
+	}
+}
+
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(d); !cond(); {
@@ -108,7 +122,8 @@ func chatCosting(g gatewayProcess, path string) int {
 // delivered twice however many evaluations follow, and both processes
 // list the alerts as firing.
 func TestAlertsFireOncePerThresholdAcrossTheFleet(t *testing.T) {
-	t.Parallel() // waits in real time on its own processes, tables and ports; see docs/testing.md
+	t.Parallel()                       // waits in real time on its own processes, tables and ports; see docs/testing.md
+	awayFromMidnight(t, 2*time.Minute) // its daily budget must not start again halfway
 	prefix := dynamotest.Prefix(t)
 	up := newCountingUpstream(t)
 	ok := newAlertReceiver(t, "s3cret-a", 0)
