@@ -18,7 +18,7 @@ import (
 func (l *Limiter) Bill(ctx context.Context, now time.Time, id string, s Subject, used Usage, price Price) (bool, error) {
 	var buf [16]match
 	ms := l.rules.Load().appendMatches(buf[:0], s, false)
-	planned, _ := l.plan(now, Request{ID: id, Subject: s, Price: price}, ms)
+	planned, _ := l.plan(now, Request{ID: id, Subject: s, Price: price}, ms, nil)
 	var charges []Charge
 	for _, c := range planned {
 		if c.Counter.Kind.IsSettled() { // shadow rules count too

@@ -59,8 +59,8 @@ func (l *Limiter) Explain(ctx context.Context, now time.Time, req Request) (Expl
 		over = overridden(all)
 		kept = keepPrioritized(append([]match(nil), all...))
 	}
-	charges, _ := l.plan(now, req, kept)
-	skipped, _ := l.plan(now, req, over)
+	charges, _ := l.plan(now, req, kept, nil)
+	skipped, _ := l.plan(now, req, over, nil)
 	reads := append(append([]Charge(nil), charges...), skipped...)
 	var ex Explanation
 	if len(reads) == 0 {

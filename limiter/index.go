@@ -14,11 +14,9 @@ import (
 type Rules struct {
 	list []*rule
 
-	userPaths map[string][]*rule // case-folded path → rules
-	perChild  map[string][]*rule // case-folded template path → rules
-	providers map[string][]*rule // case-folded instance name → rules
-	bare      map[string][]*rule // case-folded model id → rules
-	qualified map[providerModel][]*rule
+	paths     map[string]*pathRules     // case-folded path → rules
+	providers map[string]*providerRules // case-folded instance name → rules
+	bare      map[string][]*rule        // case-folded model id → rules
 	tagValues map[string][]*rule // case-folded "name=value" → rules
 	tagNames  map[string][]*rule // case-folded tag name → each and total rules
 	keys      map[string][]*rule // case-folded key id → rules
@@ -29,7 +27,17 @@ type Rules struct {
 	prioritized bool
 }
 
-type providerModel struct{ provider, model string }
+// pathRules are the user-path rules of one path: its own, and the
+// per_child templates on it, so that a walk down a request's path looks
+// each ancestor up once.
+type pathRules struct{ rules, perChild []*rule }
+
+// providerRules are a provider's rules and the rules of its models
+// (scope model, "provider/model"), by case-folded model id.
+type providerRules struct {
+	rules  []*rule
+	models map[string][]*rule
+}
 
 // rule is a Rule with what matching and charging need precomputed.
 type rule struct {
@@ -42,8 +50,11 @@ type rule struct {
 	// planner's allocation.
 	charges int
 	// bedrock is set on a QuotaBedrock window, whose token charges carry
-	// the request's output burndown.
-	bedrock bool
+	// the request's output burndown; fixed on a fixed window.
+	bedrock, fixed bool
+	// window is a copy of the limit of a window rule, nil for the other
+	// kinds, for planning without copying it out of the interface.
+	window *Window
 	// switchWindows are the first windows of each layout in the shard
 	// history of a window rule (see layout.go).
 	switchWindows []int64
@@ -56,7 +67,8 @@ func newRule(r Rule, key RuleKey) *rule {
 		c.counter += "@" + r.Generation
 	}
 	if w, ok := r.Limit.(Window); ok {
-		c.bedrock = w.Quota == QuotaBedrock
+		c.window = &w
+		c.bedrock, c.fixed = w.Quota == QuotaBedrock, w.Fixed
 		c.charges = 0
 		for _, v := range [...]int64{w.MaxRequests, w.MaxTokens, w.MaxInputTokens, w.MaxOutputTokens} {
 			if v > 0 {
@@ -70,6 +82,17 @@ func newRule(r Rule, key RuleKey) *rule {
 	return c
 }
 
+// providerRules returns the rules of provider (case-folded), adding an
+// empty entry the first time.
+func (rs *Rules) providerRules(provider string) *providerRules {
+	pr := rs.providers[provider]
+	if pr == nil {
+		pr = &providerRules{models: map[string][]*rule{}}
+		rs.providers[provider] = pr
+	}
+	return pr
+}
+
 // isGauge reports whether the rule limits requests in flight.
 func (r *rule) isGauge() bool {
 	_, ok := r.Limit.(Gauge)
@@ -81,11 +104,9 @@ func (r *rule) isGauge() bool {
 // error.
 func NewRules(rules []Rule) (*Rules, error) {
 	rs := &Rules{
-		userPaths: map[string][]*rule{},
-		perChild:  map[string][]*rule{},
-		providers: map[string][]*rule{},
+		paths:     map[string]*pathRules{},
+		providers: map[string]*providerRules{},
 		bare:      map[string][]*rule{},
-		qualified: map[providerModel][]*rule{},
 		tagValues: map[string][]*rule{},
 		tagNames:  map[string][]*rule{},
 		keys:      map[string][]*rule{},
@@ -109,17 +130,23 @@ func NewRules(rules []Rule) (*Rules, error) {
 		subject := strings.ToLower(r.Subject)
 		switch r.Scope {
 		case ScopeUserPath:
+			pr := rs.paths[subject]
+			if pr == nil {
+				pr = &pathRules{}
+				rs.paths[subject] = pr
+			}
 			if r.PerChild {
-				rs.perChild[subject] = append(rs.perChild[subject], c)
+				pr.perChild = append(pr.perChild, c)
 			} else {
-				rs.userPaths[subject] = append(rs.userPaths[subject], c)
+				pr.rules = append(pr.rules, c)
 			}
 		case ScopeProvider:
-			rs.providers[subject] = append(rs.providers[subject], c)
+			pr := rs.providerRules(subject)
+			pr.rules = append(pr.rules, c)
 		case ScopeModel:
 			if p, m, ok := strings.Cut(subject, "/"); ok {
-				pm := providerModel{p, m}
-				rs.qualified[pm] = append(rs.qualified[pm], c)
+				pr := rs.providerRules(p)
+				pr.models[m] = append(pr.models[m], c)
 			} else {
 				rs.bare[subject] = append(rs.bare[subject], c)
 			}
@@ -235,21 +262,29 @@ func overridden(all []match) []match {
 // appendAll is appendMatches before priorities.
 func (rs *Rules) appendAll(dst []match, s Subject, consumerOnly bool) []match {
 	path := strings.ToLower(s.UserPath)
-	// Walk the ancestors of path ("/", "/a", "/a/b", …, path). A per_child
-	// template on an ancestor counts under the segment that follows it.
-	for _, r := range rs.userPaths["/"] {
+	// Walk the ancestors of path ("/", "/a", "/a/b", …, path), each looked
+	// up once. A per_child template on an ancestor counts under the
+	// segment that follows it.
+	var at pathRules
+	if pr := rs.paths["/"]; pr != nil {
+		at = *pr
+	}
+	for _, r := range at.rules {
 		dst = append(dst, match{rule: r})
 	}
-	for prefix, start := "/", 1; start < len(path); {
+	for start := 1; start < len(path); {
 		end := len(path)
 		if i := strings.IndexByte(path[start:], '/'); i >= 0 {
 			end = start + i
 		}
-		for _, r := range rs.perChild[prefix] {
+		for _, r := range at.perChild {
 			dst = append(dst, match{rule: r, child: path[start:end]})
 		}
-		prefix, start = path[:end], end+1
-		for _, r := range rs.userPaths[prefix] {
+		at, start = pathRules{}, end+1
+		if pr := rs.paths[path[:end]]; pr != nil {
+			at = *pr
+		}
+		for _, r := range at.rules {
 			dst = append(dst, match{rule: r})
 		}
 	}
@@ -281,11 +316,13 @@ func (rs *Rules) appendAll(dst []match, s Subject, consumerOnly bool) []match {
 	}
 	provider := strings.ToLower(s.Provider)
 	model := strings.ToLower(s.Model)
-	for _, r := range rs.providers[provider] {
-		dst = append(dst, match{rule: r})
-	}
-	for _, r := range rs.qualified[providerModel{provider, model}] {
-		dst = append(dst, match{rule: r})
+	if pr := rs.providers[provider]; pr != nil {
+		for _, r := range pr.rules {
+			dst = append(dst, match{rule: r})
+		}
+		for _, r := range pr.models[model] {
+			dst = append(dst, match{rule: r})
+		}
 	}
 	for _, r := range rs.bare[model] {
 		dst = append(dst, match{rule: r})

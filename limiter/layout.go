@@ -68,6 +68,9 @@ func (r *rule) current(now time.Time, w int64) int {
 // layoutAt returns how many shards the rule's counter has in window w
 // (window rules) or at now (concurrency rules).
 func (r *rule) layoutAt(now time.Time, w int64) int {
+	if len(r.ShardHistory) == 0 {
+		return max(r.Shards, 1)
+	}
 	return max(r.layouts()[r.current(now, w)].Shards, 1)
 }
 
@@ -120,7 +123,6 @@ func (r *rule) newCharge(now time.Time, child string, kind Kind, limit int64, k 
 func (r *rule) fillCharge(c *Charge, now time.Time, child string, kind Kind, limit int64, k int) {
 	c.Counter = Counter{Rule: r.counter, Child: child, Kind: kind}
 	c.Period, c.Limit, c.owner, c.whole = r.span, limit, r, limit
-	var window Window
 	switch lim := r.Limit.(type) {
 	case Bucket:
 		c.Shape, c.Unit, c.Limit, c.Floor = ShapeBucket, int64(lim.Interval()), lim.fill(), now.UnixNano()
@@ -132,13 +134,13 @@ func (r *rule) fillCharge(c *Charge, now time.Time, child string, kind Kind, lim
 	case Gauge:
 		setShard(c, limit, k, r.layoutAt(now, 0))
 		return
-	case Window:
-		window = lim
 	}
-	c.Counter.Window, _ = windowAt(now, window.Period)
-	if window.Fixed {
+	// A window, whose Period is the rule's span (not copied out of the
+	// rule's Limit: a decision plans several).
+	c.Counter.Window, _ = windowAt(now, r.span)
+	if r.fixed {
 		c.Shape = ShapeFixed
-		c.End = time.Unix(0, (c.Counter.Window+1)*int64(window.Period))
+		c.End = time.Unix(0, (c.Counter.Window+1)*int64(r.span))
 		return
 	}
 	n := r.layoutAt(now, c.Counter.Window)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -126,7 +127,8 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		return Decision{Allowed: true}, nil
 	}
 	l.refreshFairs(ctx, now, ms)
-	charges, lease := l.plan(now, req, ms)
+	pooled := chargeBufs.Get().(*[]Charge)
+	charges, lease := l.plan(now, req, ms, *pooled)
 	if err := l.drain(ctx, now, charges); err != nil {
 		return Decision{}, err
 	}
@@ -160,7 +162,9 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		}
 	}
 	if out.Admitted {
-		return admitted(now, charges, out.States, lease), nil
+		d := admitted(now, charges, out.States, lease)
+		recycle(pooled, charges, d)
+		return d, nil
 	}
 	if !shardRefused(charges, out.States) {
 		return refuse(now, charges, out.States, nil), nil
@@ -192,6 +196,22 @@ func (l *Limiter) Admit(ctx context.Context, now time.Time, req Request) (Decisi
 		return admitted(now, placed, out2.States, lease), nil
 	}
 	return refuse(now, placed, out2.States, spread), nil
+}
+
+// chargeBufs hold the charges of admissions that kept none of them, for
+// the next admission to plan in: a decision's one allocation that is not
+// its store's. A Store uses the charges it is given only until its call
+// returns (see Store.Charge); a lease keeps its own.
+var chargeBufs = sync.Pool{New: func() any { return new([]Charge) }}
+
+// recycle gives buf back to chargeBufs, holding charges when decision d
+// keeps none of them: no lease holds them and no refusal points at one.
+func recycle(buf *[]Charge, charges []Charge, d Decision) {
+	*buf = nil
+	if d.Lease == nil && d.Refused == nil && d.Shadow == nil {
+		*buf = charges[:0]
+	}
+	chargeBufs.Put(buf)
 }
 
 // valid reports whether the request's amounts may be charged.
@@ -311,6 +331,10 @@ func (r *rule) limitOf(k Kind) int64 { return r.Limit.limitOf(k) }
 // setShard points c at shard k of n, with that shard's share of limit: the
 // shares add up to the limit exactly.
 func setShard(c *Charge, limit int64, k, n int) {
+	if n == 1 {
+		c.Counter.Shard, c.Counter.Shards, c.Limit = k, 0, limit
+		return
+	}
 	c.Counter.Shard, c.Counter.Shards = k, layoutField(n)
 	c.Limit = limit / int64(n)
 	if int64(k) < limit%int64(n) {
@@ -543,7 +567,7 @@ func quotaOf(now time.Time, c *Charge, r *rule, s State) Quota {
 		}
 		q.HasReset = true
 	default:
-		_, elapsed := windowAt(now, c.Period)
+		elapsed := c.elapsed(now)
 		q.Remaining = slidingRemaining(c.Limit, s.Prev, s.Cur, c.Period, elapsed)
 		q.Reset = slidingReset(s.Prev, s.Cur, c.Period, elapsed)
 		q.HasReset = true

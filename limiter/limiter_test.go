@@ -657,3 +657,35 @@ func TestStreamsGaugeCountsStreamsOnly(t *testing.T) {
 		t.Fatal("a fourth request in flight, streams counted, is admitted past the concurrency gauge's 3")
 	}
 }
+
+// An admission that keeps none of its charges plans the next one in the
+// same memory; a refusal and a lease keep theirs: what a refusal says of
+// its counter holds however many admissions follow it.
+func TestDecisionsKeepTheirChargesWhileOthersReuseTheirs(t *testing.T) {
+	l := newLimiter(t,
+		userRule("/full", limiter.Minute, 1, 0),
+		userRule("/free", limiter.Minute, 1<<40, 0),
+		limiter.Rule{Scope: limiter.ScopeUserPath, Subject: "/held", Limit: limiter.Gauge{MaxInFlight: 100}},
+	)
+	admit(t, l, t0, request("/full", "p", "m"))
+	refused := admit(t, l, t0, request("/full", "p", "m"))
+	if refused.Allowed {
+		t.Fatal("second request to a limit of 1 admitted")
+	}
+	held := admit(t, l, t0, request("/held", "p", "m"))
+	if held.Lease == nil {
+		t.Fatal("no lease for a slot")
+	}
+	room := refused.Refused.RoomAt(t0.Add(time.Minute))
+	for i := range 100 {
+		if d := admit(t, l, t0.Add(time.Duration(i)), request("/free/a", "p", "m")); !d.Allowed || d.Lease != nil {
+			t.Fatalf("admission %d: %+v", i, d)
+		}
+	}
+	if r := refused.Refused; r.Rule.Subject != "/full" || r.RoomAt(t0.Add(time.Minute)) != room || room < 0 {
+		t.Fatalf("refusal changed under later admissions: %+v, room %d then %d", r.Rule, room, r.RoomAt(t0.Add(time.Minute)))
+	}
+	if c := held.Lease.Charges; len(c) != 1 || c[0].Counter.Rule != "user_path:/held:c" || c[0].Limit != 100 {
+		t.Fatalf("lease's charges changed under later admissions: %+v", c)
+	}
+}

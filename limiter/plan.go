@@ -17,8 +17,11 @@ type planner struct {
 	// allocation more per admission, BenchmarkDecision).
 	req Request
 	// total is what a standard token window is charged, bedrock a
-	// QuotaBedrock one's, cost a budget's; burndown the output burndown.
-	total, bedrock, cost, burndown int64
+	// QuotaBedrock one's; burndown the output burndown.
+	total, bedrock, burndown int64
+	// cost is what a budget is charged, found when the first is planned.
+	cost  int64
+	costs bool
 
 	charges []Charge
 	// slot is set when a gauge is charged, so the lease holds a slot;
@@ -32,8 +35,9 @@ type planner struct {
 // when something is to be given back or settled. A sharded rule's charge
 // goes to the request's shard (picked by its id); one larger than that
 // shard's share spills over the next shards, so a request is never
-// refused only because no single shard could hold it.
-func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease) {
+// refused only because no single shard could hold it. The charges are
+// planned in buf when it is large enough.
+func (l *Limiter) plan(now time.Time, req Request, ms []match, buf []Charge) ([]Charge, *Lease) {
 	n := 0
 	for _, m := range ms {
 		n += m.rule.charges
@@ -43,15 +47,19 @@ func (l *Limiter) plan(now time.Time, req Request, ms []match) ([]Charge, *Lease
 		l: l, now: now, req: req, burndown: burndown,
 		total:   SatAdd(req.InputTokens, req.OutputTokens),
 		bedrock: bedrockTokens(req.InputTokens, req.OutputTokens, burndown),
-		cost:    req.Price.Cost(Usage{InputTokens: req.InputTokens, OutputTokens: req.OutputTokens}),
-		charges: make([]Charge, 0, n),
+		charges: buf[:0],
+	}
+	if cap(buf) < n {
+		p.charges = make([]Charge, 0, n)
 	}
 	for _, m := range ms {
+		if w := m.rule.window; w != nil { // most rules: no copy of the limit
+			w.plan(&p, m)
+			continue
+		}
 		// One case per kind; no method set of the interface, so that
 		// the planner stays on the stack.
 		switch lim := m.rule.Limit.(type) {
-		case Window:
-			lim.plan(&p, m)
 		case Gauge:
 			lim.plan(&p, m)
 		case Bucket:
@@ -104,10 +112,10 @@ func (p *planner) add(m match, kind Kind, limit, amount int64) {
 	r.fillCharge(c, p.now, m.child, kind, limit, 0)
 	c.Amount = amount
 	p.burnDown(r, c)
-	shards := layoutOf(c.Counter)
-	if shards == 1 {
+	if c.Counter.Shards <= 1 {
 		return
 	}
+	shards := c.Counter.Shards
 	p.charges = p.charges[:len(p.charges)-1]
 	first := int(fnv(p.req.ID, r.counter) % uint64(shards))
 	left := amount
@@ -149,7 +157,7 @@ func (p *planner) burnDown(r *rule, c *Charge) {
 // plan charges each limited dimension: a request to the request window,
 // the tokens to the token windows. With fair share the primary dimension
 // (requests, else tokens) shares fairly.
-func (w Window) plan(p *planner, m match) {
+func (w *Window) plan(p *planner, m match) {
 	tok := p.total
 	if w.Quota == QuotaBedrock {
 		tok = p.bedrock
@@ -187,6 +195,9 @@ func (g Gauge) plan(p *planner, m match) {
 
 // plan reserves the request's cost at its price.
 func (b Budget) plan(p *planner, m match) {
+	if !p.costs {
+		p.cost, p.costs = p.req.Price.Cost(Usage{InputTokens: p.req.InputTokens, OutputTokens: p.req.OutputTokens}), true
+	}
 	start := len(p.charges)
 	if m.rule.FairShare != nil {
 		p.fair(m, KindCost, b.MaxCost, p.cost)

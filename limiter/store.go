@@ -53,15 +53,18 @@ func (k Kind) IsSettled() bool { return k.IsTokens() || k == KindCost }
 type Counter struct {
 	Rule  string // the rule's key and generation, see Rule.Key
 	Child string // the child segment of a per_child rule, case folded
-	Kind  Kind
-	Shard int
-	// Shards is the layout the counter is a shard of: how many shards the
-	// rule's counter was split into (0 when it is not split).
-	Shards int
 	// Window is the window's index since the Unix epoch, or for a
 	// calendar period its start in Unix seconds; 0 for gauges and buckets.
 	// (Stored counters are named by it: its meaning per kind is fixed.)
 	Window int64
+	Shard  int
+	// Shards is the layout the counter is a shard of: how many shards the
+	// rule's counter was split into (0 when it is not split).
+	Shards int
+	// Kind is last, so that the fields after the strings are one run of
+	// memory with no padding inside: a map keyed by counters hashes it in
+	// one call.
+	Kind Kind
 }
 
 // Previous returns the same counter one window earlier.
@@ -197,8 +200,7 @@ func (c *Charge) ceiling(prev int64, now time.Time) int64 {
 	case c.Shape == ShapeBucket:
 		return bucketCeiling(c.Floor, c.Limit, c.Amount)
 	}
-	_, elapsed := windowAt(now, c.Period)
-	return slidingCeiling(c.Limit, prev, c.Amount, c.Period, elapsed)
+	return slidingCeiling(c.Limit, prev, c.Amount, c.Period, c.elapsed(now))
 }
 
 // WindowEnd returns when the charge's window closes: End for a fixed
@@ -359,7 +361,9 @@ type Store interface {
 	// Charge applies all charges or none. Each is admitted when its
 	// counter's current value is at most Ceiling. When all are admitted and
 	// lease is not nil, the lease is recorded in the same call and holds the
-	// in-flight charges until Complete or its expiry.
+	// in-flight charges until Complete or its expiry. The store uses
+	// charges only until it returns (the limiter plans the next admission
+	// in them); the lease's own Charges it may keep.
 	Charge(ctx context.Context, now time.Time, charges []Charge, lease *Lease) (Outcome, error)
 
 	// Complete records a lease's actual usage for settlement and releases

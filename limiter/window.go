@@ -30,6 +30,20 @@ func windowAt(now time.Time, period time.Duration) (int64, time.Duration) {
 	return w, time.Duration(ns - w*p)
 }
 
+// elapsed is how far now is into its window of the charge's period:
+// windowAt's, found without a division when now is in the charge's own
+// window, as it is when the charge was planned at now.
+func (c *Charge) elapsed(now time.Time) time.Duration {
+	if ns := now.UnixNano(); c.Counter.Window >= 0 && c.Period > 0 && ns >= 0 {
+		hi, start := bits.Mul64(uint64(c.Counter.Window), uint64(c.Period))
+		if hi == 0 && start <= uint64(ns) && uint64(ns)-start < uint64(c.Period) {
+			return time.Duration(uint64(ns) - start)
+		}
+	}
+	_, e := windowAt(now, c.Period)
+	return e
+}
+
 // u128 is an unsigned 128-bit integer.
 type u128 struct{ hi, lo uint64 }
 
@@ -73,6 +87,9 @@ func nonneg(v int64) uint64 {
 // before a charge of amount for the charge to be admitted; negative when no
 // count admits it in this window.
 func slidingCeiling(limit, prev, amount int64, period, elapsed time.Duration) int64 {
+	if prev <= 0 {
+		return max(limit, 0) - amount // limit·T / T, without the division
+	}
 	T := uint64(period)
 	room := mul(nonneg(limit), T)
 	used := mul(nonneg(prev), T-uint64(elapsed))
@@ -121,6 +138,9 @@ func slidingWait(limit, prev, cur, amount int64, period, elapsed time.Duration) 
 // slidingRemaining returns what is left of the limit under the estimate,
 // rounded down to a whole unit and never negative.
 func slidingRemaining(limit, prev, cur int64, period, elapsed time.Duration) int64 {
+	if prev <= 0 {
+		return max(0, limit-nonneg64(cur))
+	}
 	T := uint64(period)
 	// ⌈prev·(T−e)/T⌉
 	decayed := int64(mul(nonneg(prev), T-uint64(elapsed)).add(T-1).divCap(T, uint64(nonneg(prev))))

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -329,10 +330,13 @@ func (s *Store) charge(ctx context.Context, now time.Time, charges []limiter.Cha
 	// the window charges known to have landed. The caller waits for it only as long as its own deadline allows: a store
 	// that stopped answering delays no answer past it, and the undo goes
 	// on within its own timeout (the store's: CompensationTimeout).
+	// The undo may outlive this call, and charges are the caller's only
+	// until it returns (limiter.Store): it undoes its own copy.
 	done := make(chan struct{})
+	undone := slices.Clone(charges)
 	go func() {
 		defer close(done)
-		s.undo(ctx, charges, keys, res, lease)
+		s.undo(ctx, undone, keys, res, lease)
 	}()
 	select {
 	case <-done:

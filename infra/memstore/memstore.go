@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/reconcile"
@@ -40,7 +41,9 @@ type Store struct {
 	expired map[string]*limiter.Lease
 	events  []Event
 	first   uint64 // sequence number of events[0]
-	swept   time.Time
+	// swept is when sweep last ran, in Unix ns; swept0 whether it has.
+	swept  int64
+	swept0 bool
 	// rosters are fair-share rules' members by rule and window.
 	rosters map[string]map[int64]map[string]bool
 	// stats are the dashboard's counts by kind, minute and name.
@@ -48,12 +51,35 @@ type Store struct {
 
 	cooldowns map[string]time.Time
 	upstream  map[string]limiter.UpstreamReport
+
+	// recent is a direct-mapped cache of counters' cells in front of
+	// counters, for the counters charged again and again: see lookup.
+	recent [256]recentCell
+
+	// slab is where the states of charges' answers are cut from, a few
+	// at a time: one allocation per many answers, not one per answer.
+	slab []limiter.State
+}
+
+// slabStates is how many states one slab holds.
+const slabStates = 512
+
+// recentCell is a counter and its cell, as a lookup found them.
+type recentCell struct {
+	k  limiter.Counter
+	cl *cell
 }
 
 type cell struct {
 	n        int64
 	reserved int64 // a budget's: the part of n not yet settled
 	expires  int64 // Unix ns after which the cell may be dropped; 0 = never
+	// prev is the cell of the same counter one window earlier, when it
+	// exists, so that a sliding window's charge reads both counts with
+	// one lookup: linked when either cell is added. gone marks a cell
+	// dropped from the map, which counts nothing any more.
+	prev *cell
+	gone bool
 }
 
 type lease struct {
@@ -86,7 +112,6 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 	if err := limiter.CheckLease(l); err != nil {
 		return limiter.Outcome{}, err
 	}
-	states := make([]limiter.State, len(charges))
 	// cells are the charged counters' cells as the check found them (nil
 	// for a counter not yet written), so that the charge is one lookup of
 	// each; found again if reclaiming expired leases dropped some.
@@ -95,20 +120,23 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
+	states := s.statesFor(len(charges))
 	admitted := true
 	reclaimed := false
 	for i := range charges {
 		c := &charges[i]
-		cl := s.counters[c.Counter]
+		cl := s.lookup(&c.Counter)
 		st := s.state(c, cl)
-		if st.Cur > c.Ceiling(st.Prev, now) && c.Counter.Kind == limiter.KindInFlight && !reclaimed {
+		ceiling := c.Ceiling(st.Prev, now)
+		if st.Cur > ceiling && c.Counter.Kind == limiter.KindInFlight && !reclaimed {
 			// Leases past their expiry no longer hold slots.
 			s.reclaim(now)
 			reclaimed = true
 			cl = s.counters[c.Counter]
 			st = s.state(c, cl)
+			ceiling = c.Ceiling(st.Prev, now)
 		}
-		if st.Cur > c.Ceiling(st.Prev, now) {
+		if st.Cur > ceiling {
 			st.Refused = true
 			admitted = false
 		}
@@ -268,8 +296,10 @@ func (s *Store) state(c *limiter.Charge, cl *cell) limiter.State {
 			counts[i] = s.value(pc)
 		}
 		st.Prev = c.PrevOf(counts)
-	default:
+	case cl == nil:
 		st.Prev = s.value(c.Counter.Previous())
+	case cl.prev != nil && !cl.prev.gone:
+		st.Prev = cl.prev.n
 	}
 	return st
 }
@@ -288,8 +318,57 @@ func (s *Store) cellOf(k limiter.Counter) *cell {
 	if cl == nil {
 		cl = &cell{}
 		s.counters[k] = cl
+		if k.Kind != limiter.KindInFlight { // a gauge has one window
+			cl.prev = s.counters[k.Previous()]
+			next := k
+			next.Window++
+			if n := s.counters[next]; n != nil {
+				n.prev = cl
+			}
+		}
 	}
 	return cl
+}
+
+// lookup returns counter k's cell, nil when it was never written, as
+// counters holds it. A counter found before is found in recent, without
+// hashing its names: its entry is used only when it names k and its cell
+// is still in counters. The entry is picked by the address of k's rule
+// name (one string per rule, which every charge of the rule shares) and
+// its numbers; names equal at other addresses only miss more.
+func (s *Store) lookup(k *limiter.Counter) *cell {
+	h := uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.Rule))))>>3 ^ uint64(len(k.Child))<<7 ^
+		uint64(k.Window)*0x9e3779b97f4a7c15 ^ uint64(k.Shard)<<11 ^ uint64(k.Shards)<<17 ^ uint64(k.Kind)<<23
+	e := &s.recent[uint8(h^h>>8^h>>16^h>>24)]
+	if e.cl != nil && !e.cl.gone && e.k == *k {
+		return e.cl
+	}
+	cl := s.counters[*k]
+	if cl != nil {
+		*e = recentCell{k: *k, cl: cl}
+	}
+	return cl
+}
+
+// statesFor returns n zero states for an answer, cut from the slab: each
+// answer's states are its own (a capacity of n), and a slab is dropped
+// by the collector once no answer cut from it is kept.
+func (s *Store) statesFor(n int) []limiter.State {
+	if n > slabStates/8 {
+		return make([]limiter.State, n)
+	}
+	if len(s.slab) < n {
+		s.slab = make([]limiter.State, slabStates)
+	}
+	st := s.slab[:n:n]
+	s.slab = s.slab[n:]
+	return st
+}
+
+// drop removes counter k, whose cell is cl.
+func (s *Store) drop(k limiter.Counter, cl *cell) {
+	cl.gone = true
+	delete(s.counters, k)
 }
 
 // reserve changes what a budget's counter holds in reservations.
@@ -301,8 +380,9 @@ func (cl *cell) reserve(d int64) {
 // saturating, and never below zero.
 func (cl *cell) add(c *limiter.Charge, d int64) {
 	cl.n = max(0, limiter.SatAdd(cl.n, d))
-	if !c.IsGauge() {
-		// A bucket's one counter lives as long as it is written to.
+	// A window's cell expires with its window, which it is the cell of; a
+	// bucket's one counter lives as long as it is written to.
+	if !c.IsGauge() && (cl.expires == 0 || c.Shape == limiter.ShapeBucket) {
 		cl.expires = max(cl.expires, c.WindowEnd().Add(c.Period+settleGrace).UnixNano())
 	}
 }
@@ -313,7 +393,7 @@ func (s *Store) add(c *limiter.Charge, d int64) {
 	cl := s.cellOf(c.Counter)
 	cl.add(c, d)
 	if cl.n == 0 && c.IsGauge() {
-		delete(s.counters, c.Counter)
+		s.drop(c.Counter, cl)
 	}
 }
 
@@ -361,15 +441,15 @@ func (s *Store) reclaim(now time.Time) int {
 // sweep drops counters and settlement marks nobody can need any more, at
 // most once a minute of the callers' time.
 func (s *Store) sweep(now time.Time) {
-	if now.Sub(s.swept) < time.Minute {
+	ns := now.UnixNano()
+	if s.swept0 && ns-s.swept < int64(time.Minute) {
 		return
 	}
-	s.swept = now
-	ns := now.UnixNano()
+	s.swept, s.swept0 = ns, true
 	for k, c := range s.counters {
 		// A gauge's cell left at zero (a charge of nothing) has no expiry.
 		if c.expires != 0 && c.expires < ns || c.expires == 0 && c.n == 0 && c.reserved == 0 {
-			delete(s.counters, k)
+			s.drop(k, c)
 		}
 	}
 	for id, exp := range s.settled {

@@ -83,3 +83,86 @@ func TestChargeCountsEachCellItFound(t *testing.T) {
 		t.Fatalf("in flight %d, requests %d; want 1 (the new lease's) and 2", st[0].Cur, st[1].Cur)
 	}
 }
+
+// A sliding window reads its previous window's count through its cell,
+// whichever of the two cells was written first, and not once the previous
+// window's cell was dropped, until that window is written again.
+func TestPreviousWindowFoundWhicheverCameFirst(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	now := storetest.T0
+	w := now.UnixNano() / int64(time.Minute)
+	at := func(window, amount int64) limiter.Charge {
+		return limiter.Charge{Counter: limiter.Counter{Rule: "w", Kind: limiter.KindRequests, Window: window},
+			Period: time.Minute, Limit: 1 << 40, Amount: amount}
+	}
+	prevOf := func(when time.Time) int64 {
+		t.Helper()
+		st, err := s.Read(ctx, when, []limiter.Charge{at(w+1, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st[0].Prev
+	}
+	charge := func(when time.Time, c limiter.Charge) {
+		t.Helper()
+		if out, err := s.Charge(ctx, when, []limiter.Charge{c}, nil); err != nil || !out.Admitted {
+			t.Fatalf("charge refused: %v %+v", err, out)
+		}
+	}
+	next := now.Add(time.Minute)
+	charge(next, at(w+1, 1)) // the current window first
+	charge(now, at(w, 3))    // then the one before it
+	if got := prevOf(next); got != 3 {
+		t.Fatalf("previous window %d, want 3", got)
+	}
+	charge(next, at(w, 2))
+	if got := prevOf(next); got != 5 {
+		t.Fatalf("previous window %d, want 5", got)
+	}
+	// Past window w's expiry (its end, a period, an hour of grace) but
+	// not w+1's, a charge sweeps w's cell away.
+	late := time.Unix(0, (w+1)*int64(time.Minute)).Add(time.Minute + time.Hour + time.Second)
+	charge(late, at(w+1, 1))
+	if got := prevOf(late); got != 0 {
+		t.Fatalf("previous window %d after it was dropped, want 0", got)
+	}
+	charge(late, at(w, 4))
+	if got := prevOf(late); got != 4 {
+		t.Fatalf("previous window %d written again, want 4", got)
+	}
+}
+
+// A counter charged again is found through the store's cache of recent
+// cells, but never on a cell that was dropped: a gauge emptied (its cell
+// dropped) and charged again counts on its new cell.
+func TestRecentCellsNeverStale(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	now := storetest.T0
+	g := limiter.Charge{Counter: limiter.Counter{Rule: "g", Kind: limiter.KindInFlight}, Limit: 2, Amount: 1}
+	lease := func(id string) *limiter.Lease {
+		return &limiter.Lease{ID: id, AdmittedAt: now, ExpiresAt: now.Add(time.Minute), Charges: []limiter.Charge{g}}
+	}
+	for round := range 3 {
+		var held []*limiter.Lease
+		for i := range 2 {
+			l := lease(string(rune('a'+round)) + string(rune('0'+i)))
+			if out, err := s.Charge(ctx, now, []limiter.Charge{g}, l); err != nil || !out.Admitted {
+				t.Fatalf("round %d slot %d refused: %v %+v", round, i, err, out.States)
+			}
+			held = append(held, l)
+		}
+		if out, _ := s.Charge(ctx, now, []limiter.Charge{g}, lease("over")); out.Admitted {
+			t.Fatalf("round %d: a third slot of 2 admitted", round)
+		}
+		for _, l := range held {
+			if err := s.Complete(ctx, now, l, limiter.Usage{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st, _ := s.Read(ctx, now, []limiter.Charge{g}); st[0].Cur != 0 {
+			t.Fatalf("round %d: %d in flight after every slot was given back", round, st[0].Cur)
+		}
+	}
+}
