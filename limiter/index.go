@@ -17,9 +17,9 @@ type Rules struct {
 	paths     map[string]*pathRules     // case-folded path → rules
 	providers map[string]*providerRules // case-folded instance name → rules
 	bare      map[string][]*rule        // case-folded model id → rules
-	tagValues map[string][]*rule // case-folded "name=value" → rules
-	tagNames  map[string][]*rule // case-folded tag name → each and total rules
-	keys      map[string][]*rule // case-folded key id → rules
+	tagValues map[string][]*rule        // case-folded "name=value" → rules
+	tagNames  map[string][]*rule        // case-folded tag name → each and total rules
+	keys      map[string][]*rule        // case-folded key id → rules
 	eachKey   []*rule
 
 	// prioritized is set when some rule has a priority, so matching must
