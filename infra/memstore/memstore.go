@@ -83,8 +83,8 @@ type cell struct {
 }
 
 type lease struct {
-	*limiter.Lease
-	index int // in the expiry heap; -1 once out of it
+	limiter.Lease     // the store's own copy: Renew changes it
+	index         int // in the expiry heap; -1 once out of it
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -169,8 +169,7 @@ func (s *Store) Charge(_ context.Context, now time.Time, charges []limiter.Charg
 		}
 	}
 	if l != nil {
-		cp := *l // the caller keeps its own; Renew changes this one
-		ls := &lease{Lease: &cp}
+		ls := &lease{Lease: *l} // the caller keeps its own
 		s.leases[l.ID] = ls
 		heap.Push(&s.expiry, ls)
 	}
@@ -417,11 +416,11 @@ func (s *Store) finish(ls *lease, status Status, used limiter.Usage, now time.Ti
 		heap.Remove(&s.expiry, ls.index)
 	}
 	if status == StatusExpired {
-		s.expired[ls.ID] = ls.Lease
+		s.expired[ls.ID] = &ls.Lease
 	}
 	s.events = append(s.events, Event{
 		Seq:    s.first + uint64(len(s.events)),
-		Lease:  ls.Lease,
+		Lease:  &ls.Lease,
 		Status: status,
 		Used:   used,
 		At:     now,

@@ -127,6 +127,22 @@ func Fields(obj []byte, fn func(key []byte, start, end int) bool) error {
 	if i < len(obj) && obj[i] == '}' {
 		return nil
 	}
+	if i >= len(obj) || obj[i] != '"' {
+		return ErrSyntax
+	}
+	return FieldsFrom(obj, i, fn)
+}
+
+// FieldsFrom is Fields from the member whose key starts at obj[i]: where
+// Fields found the key of a member after the first of an object that
+// began with the same bytes up to i, so that a run of objects sharing
+// their first members (the chunks of one stream) skips them. Of an i
+// that is not such a place it says nothing more than that it may fail.
+func FieldsFrom(obj []byte, i int, fn func(key []byte, start, end int) bool) error {
+	if i < 0 {
+		return ErrSyntax
+	}
+	i = skipSpace(obj, i) // as Fields goes on after a comma
 	for {
 		if i >= len(obj) || obj[i] != '"' {
 			return ErrSyntax

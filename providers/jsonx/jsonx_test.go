@@ -183,3 +183,55 @@ func FuzzFolded(f *testing.F) {
 		}
 	})
 }
+
+// FieldsFrom, from where Fields found a key of one object (not the
+// first's), finds in any
+// object that begins with the same bytes what Fields finds there from
+// that key on, and fails where Fields fails.
+func FuzzFieldsFrom(f *testing.F) {
+	f.Add(`{"id":"a","object":"chunk","choices":[1],"usage":null}`, `{"id":"a","object":"chunk","choices":[{"d":"x"}],"usage":{"n":1}}`)
+	f.Add(`{"id":"a", "choices":[]}`, `{"id":"a",  "choices" : [] , "x":1}`)
+	f.Add(`{"id":"a","choices":[]}`, `{"id":"a","choices":`)
+	f.Add(`{ "a":1,"b":2}`, `{ "a":1,"b"`)
+	f.Add(`{"a":"\"","b":2}`, `{"a":"\"","b":"\\"}`)
+	type member struct {
+		key        string
+		start, end int
+	}
+	scan := func(obj []byte, from int) ([]member, []int, error) {
+		var ms []member
+		var keys []int
+		fn := func(key []byte, start, end int) bool {
+			keys = append(keys, cap(obj)-cap(key))
+			ms = append(ms, member{string(key), start, end})
+			return true
+		}
+		if from < 0 {
+			return ms, keys, Fields(obj, fn)
+		}
+		return ms, keys, FieldsFrom(obj, from, fn)
+	}
+	f.Fuzz(func(t *testing.T, first, next string) {
+		a, b := []byte(first), []byte(next)
+		_, keys, err := scan(a, -1)
+		if err != nil {
+			return
+		}
+		all, bkeys, berr := scan(b, -1)
+		for _, k := range keys[min(1, len(keys)):] {
+			if !strings.HasPrefix(next, first[:k]) {
+				continue
+			}
+			got, _, gerr := scan(b, k)
+			var want []member
+			for i, m := range all {
+				if bkeys[i] >= k {
+					want = append(want, m)
+				}
+			}
+			if (gerr == nil) != (berr == nil) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("from %d of %q in %q: %v %v, Fields %v %v", k, first, next, got, gerr, want, berr)
+			}
+		}
+	})
+}

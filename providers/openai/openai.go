@@ -175,8 +175,9 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 		so, wants := withUsage(r.Body)
 		set, clientWantsUsage = map[string]any{"stream_options": so}, wants
 	}
+	var seen chunkStart
 	return p.send(ctx, w, r, "/chat/completions", set, chatUsage, func(ev sse.Event, res *providers.Result) bool {
-		return chatStream(ev, res, clientWantsUsage)
+		return chatStream(ev, res, clientWantsUsage, &seen)
 	})
 }
 

@@ -124,21 +124,37 @@ func responsesUsage(body []byte) (providers.Usage, bool) {
 // (no choices) sets the usage, and is passed on only if the client asked
 // for it; content chunks count output as it goes, so a broken stream still
 // reports what it delivered.
-func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool) bool {
+func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool, seen *chunkStart) bool {
 	if bytes.Equal(ev.Data, []byte("[DONE]")) {
 		return true
 	}
-	// One pass over the chunk for its choices and its usage.
+	// One pass over the chunk for its choices and its usage, from where
+	// the members the stream's chunks share end.
 	var choices, usageRaw []byte
-	_ = jsonx.Fields(ev.Data, func(key []byte, start, end int) bool {
+	at, members, from := -1, 0, seen.in(ev.Data)
+	scan := func(key []byte, start, end int) bool {
+		members++
 		switch string(key) {
 		case `"choices"`:
 			choices = ev.Data[start:end]
 		case `"usage"`:
 			usageRaw = ev.Data[start:end]
+		default:
+			return true
+		}
+		if at < 0 {
+			at = 0 // the first member is read: nothing to skip
+			if members > 1 {
+				at = cap(ev.Data) - cap(key) // where the key starts: key is a slice of ev.Data
+			}
 		}
 		return true
-	})
+	}
+	if from > 0 {
+		_ = jsonx.FieldsFrom(ev.Data, from, scan)
+	} else if jsonx.Fields(ev.Data, scan) == nil && at > 0 {
+		seen.remember(ev.Data, at)
+	}
 	if u, ok := parseUsage(usageRaw); ok {
 		res.Usage = u
 		if len(choices) == 0 || empty(choices) {
@@ -150,6 +166,28 @@ func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool) bool
 		res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
 	}
 	return true
+}
+
+// chunkStart is how a stream's chunks begin before the first member
+// chatStream reads (choices or usage): the members they share (id,
+// object, created, model, …), scanned in the first chunk only.
+type chunkStart struct{ prefix []byte }
+
+// in returns where the members after the shared start begin in data: 0
+// when data does not begin with the same bytes.
+func (c *chunkStart) in(data []byte) int {
+	if c == nil || len(c.prefix) == 0 || !bytes.HasPrefix(data, c.prefix) {
+		return 0
+	}
+	return len(c.prefix)
+}
+
+// remember keeps data up to at, where its first member chatStream reads
+// begins (data is valid only until the stream's next event).
+func (c *chunkStart) remember(data []byte, at int) {
+	if c != nil {
+		c.prefix = append(c.prefix[:0], data[:at]...)
+	}
 }
 
 // responsesStream sees one event of a Responses API stream: the usage is in

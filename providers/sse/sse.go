@@ -179,12 +179,18 @@ func NewWriter(w http.ResponseWriter) *Writer {
 // Header sets the headers of an event stream and writes the status.
 func Header(w http.ResponseWriter, status int) {
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	h.Del("Content-Length")
+	// Canonical names and shared values, as Set would leave them but
+	// without a new slice each: a capacity of one, so that an Add
+	// appends to a copy.
+	h["Content-Type"] = eventStream[0:1:1]
+	h["Cache-Control"] = eventStream[1:2:2]
+	h["X-Accel-Buffering"] = eventStream[2:3:3]
+	delete(h, "Content-Length")
 	w.WriteHeader(status)
 }
+
+// eventStream are the values of an event stream's headers (Header).
+var eventStream = []string{"text/event-stream", "no-cache", "no"}
 
 // Event writes one event with the given name ("" for none) and data.
 func (sw *Writer) Event(name string, data []byte) error {

@@ -113,3 +113,29 @@ func TestUnknownRouteInItsProtocol(t *testing.T) {
 		}
 	}
 }
+
+// The routes found before the mux are found for exactly what the mux
+// would find them for: their method and their path unescaped; a slash
+// escaped inside the path, another method or a longer path go to the
+// mux's answers.
+func TestBusyRoutesFoundAsTheMuxFindsThem(t *testing.T) {
+	f := newFixture(t, "")
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"POST", "/v1/chat/completions", 200},
+		{"POST", "/v1/chat%2Fcompletions", 404},
+		{"POST", "/v1/chat/completions/", 404},
+		{"POST", "/v1/chat/completions/x", 404},
+		{"GET", "/v1/chat/completions", 404},
+		{"PUT", "/v1/messages", 404},
+		{"POST", "/v1%2Fmessages", 404},
+		{"GET", "/v1/responses", 404},
+	} {
+		if w := f.do(c.method, c.path, body, nil); w.Code != c.want {
+			t.Errorf("%s %s: %d, want %d: %s", c.method, c.path, w.Code, c.want, w.Body)
+		}
+	}
+}
