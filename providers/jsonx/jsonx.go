@@ -67,6 +67,54 @@ func quoteOrEscape(w uint64) uint64 {
 	return ((q-ones)&^q | (e-ones)&^e) & highs
 }
 
+// skipContainer returns the end of the object or array starting at b[i]:
+// where its brackets balance, strings skipped. The bytes between are
+// looked at eight at a time (brackets): an answer's indentation and
+// numbers are most of what it skips.
+func skipContainer(b []byte, i int) (int, error) {
+	depth := 0
+	for j := i; j < len(b); {
+		if j+8 <= len(b) {
+			m := brackets(binary.LittleEndian.Uint64(b[j:]))
+			if m == 0 {
+				j += 8
+				continue
+			}
+			j += bits.TrailingZeros64(m) >> 3
+		}
+		switch b[j] {
+		case '"':
+			end, err := skipString(b, j)
+			if err != nil {
+				return 0, err
+			}
+			j = end
+		case '{', '[':
+			depth++
+			j++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return j + 1, nil
+			}
+			j++
+		default:
+			j++
+		}
+	}
+	return 0, ErrSyntax
+}
+
+// brackets marks, as quoteOrEscape does, the bytes of w that are '"',
+// '{', '[', '}' or ']' (a byte with the 0x20 bit set is '{' or '}' only
+// if it was that or '[' or ']').
+func brackets(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	f := w | ones*0x20
+	q, o, c := w^(ones*'"'), f^(ones*'{'), f^(ones*'}')
+	return ((q-ones)&^q | (o-ones)&^o | (c-ones)&^c) & highs
+}
+
 // skipValue returns the end of the value starting at b[i].
 func skipValue(b []byte, i int) (int, error) {
 	if i >= len(b) {
@@ -76,25 +124,7 @@ func skipValue(b []byte, i int) (int, error) {
 	case '"':
 		return skipString(b, i)
 	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, err := skipString(b, j)
-				if err != nil {
-					return 0, err
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, ErrSyntax
+		return skipContainer(b, i)
 	}
 	j := i
 	for j < len(b) && !space(b[j]) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
