@@ -121,7 +121,9 @@ func (r *rule) newCharge(now time.Time, child string, kind Kind, limit int64, k 
 
 // fillCharge sets the zero charge c to what newCharge returns.
 func (r *rule) fillCharge(c *Charge, now time.Time, child string, kind Kind, limit int64, k int) {
-	c.Counter = Counter{Rule: r.counter, Child: child, Kind: kind}
+	// Field by field into the zero charge: a Counter built aside and
+	// copied in is read back in halves its stores have not finished.
+	c.Counter.Rule, c.Counter.Child, c.Counter.Kind = r.counter, child, kind
 	c.Period, c.Limit, c.owner, c.whole = r.span, limit, r, limit
 	switch lim := r.Limit.(type) {
 	case Bucket:
