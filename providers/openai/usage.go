@@ -39,9 +39,6 @@ func (u *usage) toUsage() providers.Usage {
 // chatUsage reads the usage block of a chat completion, an embedding
 // answer or a stream chunk, decoding nothing else of it.
 func chatUsage(body []byte) (providers.Usage, bool) {
-	if !bytes.Contains(body, []byte(`"usage"`)) {
-		return providers.Usage{}, false
-	}
 	raw, ok := jsonx.Member(body, "usage")
 	if !ok {
 		return providers.Usage{}, false
