@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"strings"
+	"sync"
 
 	"github.com/tollgate/tollgate/providers/tokens/bpe"
 )
@@ -40,25 +41,44 @@ func EncodingFor(model string) string {
 	return ""
 }
 
-// encoding returns the tokenizer of name, or nil.
-func encoding(name string) *bpe.Encoding {
+// encoding returns the tokenizer of name and what it counted lately, or
+// nil.
+func encoding(name string) (*bpe.Encoding, *counted) {
 	var e *bpe.Encoding
+	var c *counted
 	switch name {
 	case O200K:
 		e, _ = bpe.O200K()
+		c = countedO200K()
 	case CL100K:
 		e, _ = bpe.CL100K()
+		c = countedCL100K()
 	}
-	return e
+	if e == nil {
+		return nil, nil
+	}
+	return e, c
 }
 
-// Count implements Estimator.
+// What each encoding counted lately, made at its first count.
+var (
+	countedO200K  = sync.OnceValue(newCounted)
+	countedCL100K = sync.OnceValue(newCounted)
+)
+
+// Count implements Estimator. A text counted lately is found by its hash
+// rather than counted again (see counted).
 func (t BPE) Count(model, text string) int64 {
 	if text == "" {
 		return 0
 	}
-	if e := encoding(EncodingFor(model)); e != nil {
-		return int64(e.Count(text))
+	if e, c := encoding(EncodingFor(model)); e != nil {
+		if n, ok := c.get(text); ok {
+			return n
+		}
+		n := int64(e.Count(text))
+		c.put(text, n)
+		return n
 	}
 	if t.Fallback != nil {
 		return t.Fallback.Count(model, text)
