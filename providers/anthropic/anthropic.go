@@ -134,6 +134,9 @@ func (p *Provider) messages(ctx context.Context, w http.ResponseWriter, r *provi
 		for {
 			ev, err := rd.Next()
 			if err != nil {
+				if sw.Err() != nil {
+					acc.done = false // the client did not get it all
+				}
 				res.Usage = acc.usage()
 				return res, nil
 			}

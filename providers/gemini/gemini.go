@@ -138,6 +138,9 @@ func (p *Provider) generate(ctx context.Context, w http.ResponseWriter, r *provi
 		for {
 			ev, err := rd.Next()
 			if err != nil {
+				if sw.Err() != nil {
+					res.Usage.Reported = false // the client did not get it all
+				}
 				return res, nil
 			}
 			var g genResponse
