@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -397,16 +398,26 @@ func asciiFoldedOnly(b []byte, n string) bool {
 // some): a body with one cannot be read one way for sure. The scan is
 // linear in the body.
 func Duplicate(b []byte) (name, path string, found bool) {
+	if c := Check(b); c.Valid {
+		return c.Name, c.Path, c.Duplicate
+	}
+	return looseDuplicate(b)
+}
+
+// looseDuplicate is Duplicate for any text, valid JSON or not: the
+// duplicate scanned for in the values that can be told apart.
+func looseDuplicate(b []byte) (name, path string, found bool) {
 	name, parts, found := duplicate(b, nil)
 	if !found {
 		return "", "", false
 	}
+	slices.Reverse(parts)
 	var sb strings.Builder
-	for i := len(parts) - 1; i >= 0; i-- {
-		if !parts[i].index && sb.Len() > 0 {
+	for _, p := range parts {
+		if !p.index && sb.Len() > 0 {
 			sb.WriteByte('.')
 		}
-		sb.WriteString(parts[i].s)
+		sb.WriteString(p.s)
 	}
 	return name, sb.String(), true
 }

@@ -1,6 +1,7 @@
 package jsonx
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -276,6 +277,95 @@ func FuzzSkipContainer(f *testing.F) {
 		want, werr := skipContainerByByte(b, 0)
 		if got != want || (gerr == nil) != (werr == nil) {
 			t.Fatalf("skipContainer(%q) = %d, %v; byte by byte %d, %v", b, got, gerr, want, werr)
+		}
+	})
+}
+
+// Check judges validity as json.Valid does and, of a valid text, finds
+// the duplicate the scan of every value finds (looseDuplicate, which
+// Duplicate falls back to for a text that is not JSON), with its path.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"a":1,"b":2}`, `{"max_tokens":5000,"max_tokens":1}`, `{"max_tokens":5000,"max\u005ftokens":1}`,
+		`{"messages":[{"role":"user"},{"content":"a","content":"b"}]}`, `[[{"x":{"y":1,"y":2}}]]`,
+		`{"a":-0.5e+3,"b":[true,false,null],"c":"\"\\\/\b\f\n\r\t\u00e9"}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`,
+		"{\"a\":\"\x01\"}", `{"a":1,}`, `[1,]`, ` {} `, `"s"`, `12`, `{"k":1} x`, `{"\ud800":1,"\ud800":2}`,
+		`{"a":{"b":1},"a":{"b":1}}`, `{"a":"` + strings.Repeat("é", 20) + `"}`,
+		`{"1":1,"2":2,"3":3,"4":4,"5":5,"6":6,"7":7,"8":8,"9":9,"10":0,"11":1,"12":2,"13":3,"14":4,"15":5,"16":6,"17":7,"3":3}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := Check(b)
+		if c.Valid != json.Valid(b) {
+			t.Fatalf("Check(%q).Valid = %v, json.Valid %v", b, c.Valid, !c.Valid)
+		}
+		if !c.Valid {
+			return
+		}
+		name, path, found := looseDuplicate(b)
+		if c.Duplicate != found || c.Name != name || c.Path != path {
+			t.Fatalf("Check(%q) = %v %q %q, the scan finds %v %q %q", b, c.Duplicate, c.Name, c.Path, found, name, path)
+		}
+	})
+}
+
+// Nesting deeper than encoding/json allows is not valid, as json.Valid
+// says; as deep as it allows is.
+func TestCheckDepth(t *testing.T) {
+	for _, n := range []int{10000, 10001} {
+		b := []byte(strings.Repeat("[", n) + strings.Repeat("]", n))
+		if got, want := Check(b).Valid, json.Valid(b); got != want {
+			t.Errorf("depth %d: Check %v, json.Valid %v", n, got, want)
+		}
+	}
+}
+
+// LastMember finds, in a valid object, the member Member finds, whatever
+// the values before and after it hold (brackets and quotes in strings,
+// escapes, nesting, space).
+func FuzzLastMember(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"x","choices":[{"message":{"content":"} ] \" {"}}],"usage":{"prompt_tokens":1},"tier":"default"}`,
+		"{\n  \"usage\": {\"a\": [1, {\"b\": \"\\\\\"}]},\n  \"x\": null\n}",
+		`{"usage":1,"usage":2}`, `{"us\u0061ge":3,"z":[]}`, `{}`, ` { "a" : "usage" } `, `{"a":{"usage":1}}`,
+		`{"a":"\\\\\\"","usage":-1.5e3}`, `{"a":true,"b":false,"c":null,"usage":"s"}`,
+	} {
+		f.Add([]byte(s), "usage")
+	}
+	f.Fuzz(func(t *testing.T, obj []byte, key string) {
+		if !json.Valid(obj) {
+			return
+		}
+		want, wantOK := Member(obj, key)
+		got, gotOK := LastMember(obj, key)
+		if gotOK != wantOK || !bytes.Equal(got, want) {
+			t.Fatalf("LastMember(%s, %q) = %s %v, Member %s %v", obj, key, got, gotOK, want, wantOK)
+		}
+	})
+}
+
+// BenchmarkCheck reads a chat request as the gateway does before anything
+// else (valid JSON, no member twice), in Check's one pass, beside the two
+// it replaces (json.Valid, then the scan for duplicates of every value).
+func BenchmarkCheck(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"system","content":"You are terse."},` +
+		`{"role":"user","content":"Say hello in five words."}],"max_tokens":32,"tools":[{"type":"function",` +
+		`"function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"}}}}}]}`)
+	b.Run("check", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if c := Check(body); !c.Valid || c.Duplicate {
+				b.Fatal(c)
+			}
+		}
+	})
+	b.Run("valid+duplicate", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, dup := looseDuplicate(body); !json.Valid(body) || dup {
+				b.Fatal("not checked")
+			}
 		}
 	})
 }
