@@ -123,8 +123,15 @@ func redirected(status int) bool {
 // ParseLimits reads a provider's rate-limit headers: OpenAI's and Azure's
 // x-ratelimit-{limit,remaining,reset}-{requests,tokens}, Anthropic's
 // anthropic-ratelimit-*, and retry-after / retry-after-ms. now turns
-// Anthropic's reset timestamps into durations.
+// Anthropic's reset timestamps and HTTP dates into durations; the zero
+// time is the clock's time, read only when a header needs it.
 func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
+	clock := func() time.Time {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		return now
+	}
 	l := UpstreamLimits{RemainingRequests: -1, RemainingTokens: -1, LimitRequests: -1, LimitTokens: -1}
 	if v := header(h, "Retry-After-Ms"); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
@@ -135,15 +142,15 @@ func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
 		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
 			l.RetryAfter = time.Duration(s * float64(time.Second))
 		} else if t, err := http.ParseTime(v); err == nil {
-			l.RetryAfter = max(0, t.Sub(now))
+			l.RetryAfter = max(0, t.Sub(clock()))
 		}
 	}
 	l.LimitRequests = intHeader(h, "X-Ratelimit-Limit-Requests", "Anthropic-Ratelimit-Requests-Limit")
 	l.LimitTokens = intHeader(h, "X-Ratelimit-Limit-Tokens", "Anthropic-Ratelimit-Tokens-Limit")
 	l.RemainingRequests = intHeader(h, "X-Ratelimit-Remaining-Requests", "Anthropic-Ratelimit-Requests-Remaining")
 	l.RemainingTokens = intHeader(h, "X-Ratelimit-Remaining-Tokens", "Anthropic-Ratelimit-Tokens-Remaining")
-	l.ResetRequests = resetHeader(h, now, "X-Ratelimit-Reset-Requests", "Anthropic-Ratelimit-Requests-Reset")
-	l.ResetTokens = resetHeader(h, now, "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Tokens-Reset")
+	l.ResetRequests = resetHeader(h, clock, "X-Ratelimit-Reset-Requests", "Anthropic-Ratelimit-Requests-Reset")
+	l.ResetTokens = resetHeader(h, clock, "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Tokens-Reset")
 	return l
 }
 
@@ -169,7 +176,7 @@ func intHeader(h http.Header, names ...string) int64 {
 
 // resetHeader reads a reset as OpenAI writes it ("1s", "6m0s", "20ms"), as
 // seconds, or as Anthropic's RFC 3339 timestamp.
-func resetHeader(h http.Header, now time.Time, names ...string) time.Duration {
+func resetHeader(h http.Header, now func() time.Time, names ...string) time.Duration {
 	for _, name := range names {
 		v := header(h, name)
 		if v == "" {
@@ -182,7 +189,7 @@ func resetHeader(h http.Header, now time.Time, names ...string) time.Duration {
 			return time.Duration(s * float64(time.Second))
 		}
 		if t, err := time.Parse(time.RFC3339, v); err == nil {
-			return max(0, t.Sub(now))
+			return max(0, t.Sub(now()))
 		}
 	}
 	return 0
@@ -269,24 +276,29 @@ func newRequest(ctx context.Context, method, raw string, parsed *url.URL, body [
 // upstream URLs (its base URL and an operation's path: a handful), so
 // that a request does not parse its URL again. Safe for concurrent use.
 type URLCache struct {
-	m sync.Map // string → *url.URL, never changed once stored
+	m sync.Map // urlKey → *url.URL, never changed once stored
 	n atomic.Int32
 }
 
+// urlKey is a URL as the two strings it is joined from, so that a lookup
+// does not join them.
+type urlKey struct{ base, path string }
+
 const maxCachedURLs = 64
 
-// Parse returns a copy of raw parsed, the caller's to change.
-func (c *URLCache) Parse(raw string) (*url.URL, error) {
-	if v, ok := c.m.Load(raw); ok {
+// Parse returns a copy of base + path parsed, the caller's to change.
+func (c *URLCache) Parse(base, path string) (*url.URL, error) {
+	key := urlKey{base, path}
+	if v, ok := c.m.Load(key); ok {
 		u := *v.(*url.URL)
 		return &u, nil
 	}
-	u, err := url.Parse(raw)
+	u, err := url.Parse(base + path)
 	if err != nil {
 		return nil, err
 	}
 	if c.n.Load() < maxCachedURLs {
-		if _, loaded := c.m.LoadOrStore(raw, u); !loaded {
+		if _, loaded := c.m.LoadOrStore(key, u); !loaded {
 			c.n.Add(1)
 		}
 	}
@@ -297,7 +309,7 @@ func (c *URLCache) Parse(raw string) (*url.URL, error) {
 // Answered is the Result of an upstream answer as its headers tell it: the
 // status and the provider's rate-limit headers.
 func Answered(resp *http.Response) Result {
-	return Result{Status: resp.StatusCode, Limits: ParseLimits(resp.Header, time.Now())}
+	return Result{Status: resp.StatusCode, Limits: ParseLimits(resp.Header, time.Time{})}
 }
 
 // maxPassHead bounds how much of a passed-through body is kept to read a
@@ -353,12 +365,10 @@ func CopyHeaders(w http.ResponseWriter, resp *http.Response) {
 // model, and any other members given in set. The rest of the body is kept
 // byte for byte.
 func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
-	kvs := make([]jsonx.KV, 0, len(set)+1)
-	if model != "" {
-		if v, ok := jsonx.Member(body, "model"); !ok || string(v) != strconv.Quote(model) || !plainASCII(model) {
-			kvs = append(kvs, jsonx.KV{Key: "model", Value: quote(model)})
-		}
+	if len(set) == 0 {
+		return WithModel(body, model)
 	}
+	kvs := make([]jsonx.KV, 0, len(set))
 	for _, k := range slices.Sorted(maps.Keys(set)) {
 		raw, ok := set[k].(json.RawMessage) // already JSON: as it is
 		if !ok {
@@ -369,10 +379,21 @@ func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
 		}
 		kvs = append(kvs, jsonx.KV{Key: k, Value: raw})
 	}
-	if len(kvs) == 0 {
+	return WithModel(body, model, kvs...)
+}
+
+// WithModel is SetModel with the other members given as raw JSON, in the
+// order they are added where the body lacks them.
+func WithModel(body []byte, model string, set ...jsonx.KV) ([]byte, error) {
+	if model != "" {
+		if v, ok := jsonx.Member(body, "model"); !ok || string(v) != strconv.Quote(model) || !plainASCII(model) {
+			set = append([]jsonx.KV{{Key: "model", Value: quote(model)}}, set...)
+		}
+	}
+	if len(set) == 0 {
 		return body, nil // nothing to change
 	}
-	return jsonx.Set(body, kvs...)
+	return jsonx.Set(body, set...)
 }
 
 // quote is s as a JSON string.

@@ -85,24 +85,27 @@ func TestSendFollowsRedirects(t *testing.T) {
 // nobody else's; past its bound it parses without keeping.
 func TestURLCache(t *testing.T) {
 	var c URLCache
-	a, err := c.Parse("http://127.0.0.1:8080/v1/chat/completions")
+	a, err := c.Parse("http://127.0.0.1:8080/v1", "/chat/completions")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Host, a.Path = "elsewhere", "/changed"
-	b, _ := c.Parse("http://127.0.0.1:8080/v1/chat/completions")
+	b, _ := c.Parse("http://127.0.0.1:8080/v1", "/chat/completions")
 	if b.Host != "127.0.0.1:8080" || b.Path != "/v1/chat/completions" {
 		t.Fatalf("second parse %v saw the first one's change", b)
 	}
+	if o, _ := c.Parse("http://127.0.0.1:8080/v1/chat", "/completions"); o.String() != b.String() {
+		t.Fatalf("the same URL joined otherwise: %v", o)
+	}
 	for i := range 2 * maxCachedURLs {
-		if _, err := c.Parse("http://h/" + strconv.Itoa(i)); err != nil {
+		if _, err := c.Parse("http://h/", strconv.Itoa(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := c.n.Load(); n != maxCachedURLs {
 		t.Fatalf("%d kept, want at most %d", n, maxCachedURLs)
 	}
-	if _, err := c.Parse("http://[::1"); err == nil {
+	if _, err := c.Parse("http://[::1", ""); err == nil {
 		t.Fatal("a bad URL parsed")
 	}
 }

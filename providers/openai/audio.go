@@ -30,8 +30,8 @@ func (p *Provider) audio(ctx context.Context, w http.ResponseWriter, r *provider
 	if err != nil {
 		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Err: err}
 	}
-	u := p.endpoint(r.Model, op)
-	return p.raw(ctx, w, r, http.MethodPost, u, body)
+	base, path := p.endpoint(r.Model, op)
+	return p.raw(ctx, w, r, http.MethodPost, base+path, body)
 }
 
 // setFormModel rewrites the "model" field of a multipart form, keeping the

@@ -81,16 +81,17 @@ func (p *Provider) Models() []string { return p.cfg.Models }
 // AcceptsAnyModel implements providers.AnyModel.
 func (p *Provider) AcceptsAnyModel() bool { return len(p.cfg.Models) == 0 }
 
-// endpoint returns the URL of an operation's path ("/chat/completions").
-func (p *Provider) endpoint(model, path string) string {
+// endpoint returns the URL of an operation's path ("/chat/completions"),
+// as the two strings it is joined from.
+func (p *Provider) endpoint(model, path string) (string, string) {
 	if az := p.cfg.Azure; az != nil {
 		dep := model
 		if d, ok := az.Deployments[model]; ok {
 			dep = d
 		}
-		return p.cfg.BaseURL + "/openai/deployments/" + url.PathEscape(dep) + path + "?api-version=" + url.QueryEscape(az.APIVersion)
+		return p.cfg.BaseURL + "/openai/deployments/" + url.PathEscape(dep) + path + "?api-version=" + url.QueryEscape(az.APIVersion), ""
 	}
-	return p.cfg.BaseURL + path
+	return p.cfg.BaseURL, path
 }
 
 // authorize sets the provider's credential on req: the value built once,
@@ -119,12 +120,27 @@ func credentialOf(cfg Config) credential {
 	return credential{"Authorization", []string{"Bearer " + cfg.APIKey}}
 }
 
-// request sends one upstream request with the provider's credentials.
+// request sends one upstream request to u with the provider's credentials.
 func (p *Provider) request(ctx context.Context, method, u string, body []byte, r *providers.Request) (*http.Response, *providers.Error) {
-	parsed, err := p.urls.Parse(u)
+	parsed, err := url.Parse(u)
 	if err != nil {
 		return nil, &providers.Error{Provider: p.cfg.Name, Err: err}
 	}
+	return p.requestTo(ctx, method, parsed, body, r)
+}
+
+// call is request to an operation's URL, base + path (endpoint), parsed
+// once for all the requests to it: the adapter's own URLs, never one a
+// client names (the cache keeps the first it is given).
+func (p *Provider) call(ctx context.Context, method, base, path string, body []byte, r *providers.Request) (*http.Response, *providers.Error) {
+	parsed, err := p.urls.Parse(base, path)
+	if err != nil {
+		return nil, &providers.Error{Provider: p.cfg.Name, Err: err}
+	}
+	return p.requestTo(ctx, method, parsed, body, r)
+}
+
+func (p *Provider) requestTo(ctx context.Context, method string, parsed *url.URL, body []byte, r *providers.Request) (*http.Response, *providers.Error) {
 	req, err := providers.NewRequestTo(ctx, method, parsed, body, r.Header)
 	if err != nil {
 		return nil, &providers.Error{Provider: p.cfg.Name, Err: err}
@@ -169,14 +185,12 @@ func (p *Provider) Serve(ctx context.Context, w http.ResponseWriter, r *provider
 // (stream_options.include_usage) and hides it from a client that did not
 // ask for it.
 func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers.Request) (providers.Result, error) {
-	var set map[string]any
-	clientWantsUsage := false
-	if r.Stream {
-		so, wants := withUsage(r.Body)
-		set, clientWantsUsage = map[string]any{"stream_options": so}, wants
+	if !r.Stream {
+		return p.send(ctx, w, r, "/chat/completions", nil, chatUsage, nil)
 	}
+	so, clientWantsUsage := withUsage(r.Body)
 	var seen chunkStart
-	return p.send(ctx, w, r, "/chat/completions", set, chatUsage, func(ev sse.Event, res *providers.Result) bool {
+	return p.send(ctx, w, r, "/chat/completions", []jsonx.KV{{Key: "stream_options", Value: so}}, chatUsage, func(ev sse.Event, res *providers.Result) bool {
 		return chatStream(ev, res, clientWantsUsage, &seen)
 	})
 }
@@ -201,13 +215,14 @@ func (p *Provider) json(ctx context.Context, w http.ResponseWriter, r *providers
 	return p.send(ctx, w, r, path, nil, usage, stream)
 }
 
-func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string, set map[string]any,
+func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string, set []jsonx.KV,
 	usage func([]byte) (providers.Usage, bool), stream func(sse.Event, *providers.Result) bool) (providers.Result, error) {
-	body, err := providers.SetModel(r.Body, r.Model, set)
+	body, err := providers.WithModel(r.Body, r.Model, set...)
 	if err != nil {
 		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Err: err}
 	}
-	resp, perr := p.request(ctx, http.MethodPost, p.endpoint(r.Model, path), body, r)
+	base, path := p.endpoint(r.Model, path)
+	resp, perr := p.call(ctx, http.MethodPost, base, path, body, r)
 	if perr != nil {
 		return providers.Result{}, perr
 	}
@@ -240,6 +255,9 @@ func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, kee
 		if err != nil {
 			// io.EOF is the end; anything else (the client left, the
 			// upstream broke) ends the stream with what was counted.
+			if sw.Err() != nil {
+				res.Usage.Reported = false // the client did not get it all
+			}
 			return res, nil
 		}
 		if !keep(ev, &res) {

@@ -37,9 +37,10 @@ func (u *usage) toUsage() providers.Usage {
 }
 
 // chatUsage reads the usage block of a chat completion, an embedding
-// answer or a stream chunk, decoding nothing else of it.
+// answer or a stream chunk, decoding nothing else of it: read from the
+// answer's end, where OpenAI puts it, after the choices.
 func chatUsage(body []byte) (providers.Usage, bool) {
-	raw, ok := jsonx.Member(body, "usage")
+	raw, ok := jsonx.LastMember(body, "usage")
 	if !ok {
 		return providers.Usage{}, false
 	}
@@ -125,6 +126,71 @@ func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool, seen
 	if bytes.Equal(ev.Data, []byte("[DONE]")) {
 		return true
 	}
+	// Looked at from where the members the stream's chunks share end
+	// (chunkStart), learnt from the first.
+	from := seen.in(ev.Data)
+	if from == 0 {
+		from = seen.learn(ev.Data)
+	}
+	if output, known := outputWithoutUsage(ev.Data[from:]); known {
+		if output && !res.Usage.Reported {
+			res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
+		}
+		return true
+	}
+	return chatStreamScan(ev, res, clientWantsUsage, seen)
+}
+
+// outputWithoutUsage tells, without a scan of its structure, whether a
+// chunk with no usage carries output, from the members after those its
+// stream's chunks share; known is false when it cannot be told so, and
+// the chunk's members are read.
+//
+// A chunk has no usage when it ends with "usage":null, as every chunk but
+// the last does once the gateway asks for usage. It carries text when it
+// holds `"content":"` then a character other than the closing quote (in a
+// chunk only a delta's content is a string so named: see hasOutput), and
+// none when every "content" and "refusal" it holds is "" or null and it
+// holds no "tool_calls". Like the rest of the package, it takes the
+// upstream's JSON to be valid.
+func outputWithoutUsage(data []byte) (output, known bool) {
+	if !bytes.HasSuffix(data, usageNull) {
+		return false, false
+	}
+	empty := true
+	for _, name := range [...][]byte{contentName, refusalName} {
+		for rest := data; ; {
+			i := bytes.Index(rest, name)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(name):]
+			switch {
+			case bytes.HasPrefix(rest, emptyString), bytes.HasPrefix(rest, nullValue):
+			case len(name) == len(contentName) && len(rest) > 2 && rest[0] == ':' && rest[1] == '"':
+				return true, true // `"content":"` and a character: text
+			default:
+				empty = false
+			}
+		}
+	}
+	if !empty || bytes.Contains(data, toolCallsName) {
+		return false, false
+	}
+	return false, true
+}
+
+var (
+	usageNull     = []byte(`,"usage":null}`)
+	contentName   = []byte(`"content"`)
+	refusalName   = []byte(`"refusal"`)
+	toolCallsName = []byte(`"tool_calls"`)
+	emptyString   = []byte(`:""`)
+	nullValue     = []byte(`:null`)
+)
+
+// chatStreamScan is chatStream for any chunk: its members read.
+func chatStreamScan(ev sse.Event, res *providers.Result, clientWantsUsage bool, seen *chunkStart) bool {
 	// One pass over the chunk for its choices and its usage, from where
 	// the members the stream's chunks share end.
 	var choices, usageRaw []byte
@@ -168,7 +234,10 @@ func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool, seen
 // chunkStart is how a stream's chunks begin before the first member
 // chatStream reads (choices or usage): the members they share (id,
 // object, created, model, …), scanned in the first chunk only.
-type chunkStart struct{ prefix []byte }
+type chunkStart struct {
+	prefix []byte
+	learnt bool // learn has looked (once a stream)
+}
 
 // in returns where the members after the shared start begin in data: 0
 // when data does not begin with the same bytes.
@@ -177,6 +246,32 @@ func (c *chunkStart) in(data []byte) int {
 		return 0
 	}
 	return len(c.prefix)
+}
+
+// learn remembers, once a stream, where the members data shares with
+// the stream's next chunks end: before its first member chatStream reads
+// (choices or usage), found by a scan of the members before it. It
+// returns that place, 0 when there is none.
+func (c *chunkStart) learn(data []byte) int {
+	if c == nil || c.learnt {
+		return 0
+	}
+	c.learnt = true
+	at, members := 0, 0
+	_ = jsonx.Fields(data, func(key []byte, _, _ int) bool {
+		members++
+		if string(key) != `"choices"` && string(key) != `"usage"` {
+			return true
+		}
+		if members > 1 {
+			at = cap(data) - cap(key) // where the key starts: key is a slice of data
+		}
+		return false
+	})
+	if at > 0 {
+		c.remember(data, at)
+	}
+	return at
 }
 
 // remember keeps data up to at, where its first member chatStream reads

@@ -1,6 +1,9 @@
 package openai
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/tollgate/tollgate/providers"
@@ -73,5 +76,82 @@ func TestChatStreamReadsEachChunkAsAlone(t *testing.T) {
 	}
 	if alone.Usage.OutputTokens != 9 || alone.Usage.InputTokens != 5 {
 		t.Fatalf("usage %+v, want the last usage chunk's", alone.Usage)
+	}
+}
+
+// A chunk with text and "usage":null counts as the scan of its members
+// counts it, and one that is otherwise is left to that scan: for every
+// chunk of the recorded streams and chunks of other shapes.
+func TestOutputWithoutUsageAsTheScan(t *testing.T) {
+	chunks := []string{
+		`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":null,"tool_calls":[{"index":0,"function":{"arguments":"{\"content\":\"x"}}]}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"refusal":"no"}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{},"logprobs":{"content":[{"token":"\"content\":\"y"}]},"finish_reason":"stop"}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":"\"quoted\""}}],"usage":null}`,
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":"no usage member"}}]}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":"spaced"}}], "usage": null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content": "spaced"}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":""}},{"index":1,"delta":{"content":"second"}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":null,"refusal":""}},{"index":1,"delta":{"refusal":"no"}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[]}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"content":[{"type":"text","text":"x"}]}}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}`,
+		`{"id":"c","choices":[{"index":0,"delta":{"role":"assistant"}}],"usage":null}`,
+	}
+	for _, name := range []string{"openai_chat_stream.sse"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "tests", "fixtures", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := sse.NewReader(bytes.NewReader(b))
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				break
+			}
+			chunks = append(chunks, string(ev.Data))
+		}
+		rd.Close()
+	}
+	for _, reported := range []bool{false, true} {
+		for _, c := range chunks {
+			data := []byte(c)
+			var scan providers.Result
+			scan.Usage.Reported = reported
+			chatStreamScan(sse.Event{Data: data}, &scan, false, nil)
+			// After the members the chunk shares with the stream's
+			// first (as chatStream looks), and from its start.
+			for _, from := range []int{bytes.Index(data, []byte(`"choices"`)), 0} {
+				if from < 0 {
+					continue
+				}
+				output, known := outputWithoutUsage(data[from:])
+				if !known {
+					continue
+				}
+				fast := providers.Result{}
+				fast.Usage.Reported = reported
+				if output && !reported {
+					fast.Usage.OutputTokens++
+				}
+				if fast != scan {
+					t.Errorf("%s (reported %v, from %d): output %v, the scan: %+v", c, reported, from, output, scan.Usage)
+				}
+			}
+		}
+	}
+	// And a stream read chunk by chunk counts what the scan of each
+	// counts.
+	var seen chunkStart
+	var fast, scan providers.Result
+	for _, c := range chunks {
+		keepFast := chatStream(sse.Event{Data: []byte(c)}, &fast, false, &seen)
+		keepScan := chatStreamScan(sse.Event{Data: []byte(c)}, &scan, false, nil)
+		if keepFast != keepScan || fast != scan {
+			t.Fatalf("%s: kept %v, %+v; the scan: kept %v, %+v", c, keepFast, fast.Usage, keepScan, scan.Usage)
+		}
 	}
 }
