@@ -214,18 +214,26 @@ func (h *Handler) explainRequest(in explainInput, errs []fieldError) (admission.
 	}
 	req := admission.Request{
 		ID: "explain", Model: model, Provider: in.Provider, Op: op, Stream: in.Stream,
-		// The cap a clamp or cut_at_reservation would set: shown, never
-		// sent; Gemini's nested cap is not lowered (as by the gateway).
-		Clamp:       func(int64) bool { return op != providers.OpGenerate },
 		Caller:      admission.Caller{UserPath: in.UserPath, KeyID: in.Key, Tags: tags, Class: in.Class},
 		InputTokens: in.InputTokens, MaxTokens: in.MaxTokens, Choices: in.N,
 		UserPathOnly: op == providers.OpBatches, Free: op == providers.OpCountTokens,
 		NoOutput: op == providers.OpEmbeddings || op == providers.OpAudio, Session: op == providers.OpRealtime,
 	}
-	needs := admission.Needs{Tools: in.Tools, Vision: in.Vision, Audio: in.Audio, StructuredOutput: in.StructuredOutput}
-	req.Needs = func() admission.Needs { return needs }
+	req.Body = &explainBody{op: op, needs: admission.Needs{Tools: in.Tools, Vision: in.Vision, Audio: in.Audio, StructuredOutput: in.StructuredOutput}}
 	return req, errs
 }
+
+// explainBody is the body of a request explained: its needs as given, and
+// the cap a clamp or cut_at_reservation would set, shown, never sent
+// (Gemini's nested cap is not lowered, as by the gateway).
+type explainBody struct {
+	op    providers.Op
+	needs admission.Needs
+}
+
+func (b *explainBody) Needs() admission.Needs { return b.needs }
+
+func (b *explainBody) Clamp(int64) bool { return b.op != providers.OpGenerate }
 
 func cmpOr(s, def string) string {
 	if s == "" {

@@ -79,8 +79,8 @@ func (r *Request) residency() string {
 func (a *Admission) needs() Needs {
 	if !a.needsRead {
 		a.needsRead = true
-		if a.req.Needs != nil {
-			a.need = a.req.Needs()
+		if a.req.Body != nil {
+			a.need = a.req.Body.Needs()
 		}
 	}
 	return a.need

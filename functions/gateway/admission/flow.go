@@ -131,6 +131,7 @@ type Admission struct {
 
 	reserveOut int64 // the output cap a reservation starts from
 	now        time.Time
+	fresh      bool // now is the clock still: no step returned, no wait yet
 	pass       int
 	targets    []providers.Target
 	first      providers.Target // the pass's first choice
@@ -170,7 +171,7 @@ func (o *Orchestrator) begin(ctx context.Context, req Request, dry bool) (*Admis
 	}
 	o.Refresh(ctx)
 	req.InputTokens = min(max(req.InputTokens, 0), limiter.MaxAmount)
-	a := &Admission{o: o, req: req, route: route, id: req.ID, dry: dry, now: o.cfg.Now()}
+	a := &Admission{o: o, req: req, route: route, id: req.ID, dry: dry, now: o.cfg.Now(), fresh: true}
 	a.reserveOut = req.MaxTokens
 	if a.reserveOut <= 0 {
 		a.reserveOut = o.cfg.DefaultMaxTokens
@@ -206,10 +207,11 @@ func (o *Orchestrator) resolve(req Request) (providers.Route, error) {
 // Route is the resolution the admission goes through.
 func (a *Admission) Route() providers.Route { return a.route }
 
-// clock is the admission's instant: the store's clock for a request, the
-// instant a dry run has reached (its waits move it on).
+// clock is the admission's instant: the store's clock for a request (the
+// instant it began, until it first waits or is answered: microseconds
+// before), the instant a dry run has reached (its waits move it on).
 func (a *Admission) clock() time.Time {
-	if a.dry {
+	if a.dry || a.fresh {
 		return a.now
 	}
 	return a.o.cfg.Now()
@@ -217,6 +219,7 @@ func (a *Admission) clock() time.Time {
 
 // Next returns what to do next: forward to a target, or answer.
 func (a *Admission) Next(ctx context.Context) Step {
+	defer func() { a.fresh = false }() // what comes after takes time: the clock is read again
 	for {
 		if a.targets == nil {
 			a.startPass(ctx)
@@ -275,7 +278,8 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	}
 	if p, paused := a.paused(now, lr.Subject); paused {
 		a.refusedByPause(t, p)
-		sk := &Skip{Target: t, Reason: SkipPaused, Pause: &p, Retryable: !p.Until.IsZero(), Wait: p.Until.Sub(now)}
+		kept := p // the skip's own copy: p stays on the stack
+		sk := &Skip{Target: t, Reason: SkipPaused, Pause: &kept, Retryable: !p.Until.IsZero(), Wait: p.Until.Sub(now)}
 		a.consider(sk)
 		a.stopped = p.Consumer()
 		return Step{}, false
@@ -305,7 +309,8 @@ func (a *Admission) try(ctx context.Context, t providers.Target, i int) (Step, b
 	a.logShadow(t, d)
 	if !d.Allowed {
 		a.logRefusal(t, d)
-		a.consider(&Skip{Target: t, Reason: SkipRefused, Wait: d.Refused.RetryAfter, Retryable: d.Refused.Retryable, Decision: &d})
+		refused := d // the skip's own copy: an admission's d stays on the stack
+		a.consider(&Skip{Target: t, Reason: SkipRefused, Wait: d.Refused.RetryAfter, Retryable: d.Refused.Retryable, Decision: &refused})
 		// A refusal by the caller's own rule ends the pass: no other
 		// target can help, but a cheaper model the class opts into may.
 		switch offered := a.offerDowngrade(t, true); {

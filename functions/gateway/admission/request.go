@@ -38,14 +38,20 @@ type Request struct {
 	NoOutput     bool
 	Free         bool
 	Session      bool
-	// Needs, when set, says what the request needs of a model (read of
-	// its body only when a target other than its first choice is
-	// considered).
-	Needs func() Needs
-	// Clamp, when set, lowers the request's output cap to n where the
-	// request is sent (its body), reporting whether it could; admission
-	// calls it when it decides to clamp (Config.ClampFloor).
-	Clamp func(n int64) bool
+	// Body, when set, is what admission may ask of the request's body.
+	Body Body
+}
+
+// Body is a request's body as admission sees it.
+type Body interface {
+	// Needs says what the request needs of a model (read of the body
+	// only when a target other than its first choice is considered).
+	Needs() Needs
+	// Clamp lowers the request's output cap to n where the request is
+	// sent, reporting whether it could; admission calls it when it
+	// decides to clamp (Config.ClampFloor) or to cut a stream at its
+	// reservation.
+	Clamp(n int64) bool
 }
 
 // Caller is who sends a request.

@@ -38,7 +38,7 @@ func (a *Admission) clamp(sk *Skip) bool {
 	if left < floor || left >= a.reserveOut {
 		return false
 	}
-	if a.req.Clamp != nil && !a.req.Clamp(left) {
+	if a.req.Body != nil && !a.req.Body.Clamp(left) {
 		return false
 	}
 	a.logf("clamping the output cap to fit the token budget", "rule", ruleName(d.Refused), "from", a.reserveOut, "to", left)
@@ -91,5 +91,6 @@ func (a *Admission) wait(ctx context.Context, sk *Skip) bool {
 		return true
 	}
 	a.observeWait()
+	a.fresh = false
 	return a.o.cfg.Sleep(ctx, d) == nil
 }

@@ -31,11 +31,11 @@ func (a *Admission) streamLimit(lr limiter.Request, d limiter.Decision) StreamLi
 	if d.Lease != nil && d.Lease.MaxStreamDuration > 0 && (sl.MaxDuration == 0 || d.Lease.MaxStreamDuration < sl.MaxDuration) {
 		sl.MaxDuration = d.Lease.MaxStreamDuration
 	}
-	if !sl.CutAtReservation || a.req.Clamp == nil || lr.OutputTokens <= 0 {
+	if !sl.CutAtReservation || a.req.Body == nil || lr.OutputTokens <= 0 {
 		return sl
 	}
 	perChoice := lr.OutputTokens / max(a.req.Choices, 1)
-	if perChoice > 0 && (a.req.MaxTokens <= 0 || perChoice < a.req.MaxTokens) && a.req.Clamp(perChoice) {
+	if perChoice > 0 && (a.req.MaxTokens <= 0 || perChoice < a.req.MaxTokens) && a.req.Body.Clamp(perChoice) {
 		a.logf("capping the stream at its reservation (cut_at_reservation)", "class", a.req.Caller.Class, "max_tokens", perChoice)
 		a.trace.clamped(perChoice)
 		a.req.MaxTokens = perChoice

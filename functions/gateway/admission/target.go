@@ -86,13 +86,33 @@ func burndownOf(t providers.Target) int64 {
 // slot, which holds its lease's id, costs as little as it can.
 func leaseID(reqID string, pass, target int) string {
 	id := reqID
-	if b, err := hex.DecodeString(reqID); err == nil && len(b) >= 12 {
-		id = base64.RawURLEncoding.EncodeToString(b[:12])
+	if len(reqID) >= 24 && isHex(reqID) {
+		// Decoded and encoded in arrays of their own: the lease id is the
+		// one string made.
+		var raw [12]byte
+		var compact [16]byte
+		_, _ = hex.Decode(raw[:], []byte(reqID[:24]))
+		base64.RawURLEncoding.Encode(compact[:], raw[:])
+		return string(compact[:]) + "." + strconv.Itoa(pass) + "." + strconv.Itoa(target)
 	}
 	if len(id) > 40 {
 		id = id[:40]
 	}
 	return id + "." + strconv.Itoa(pass) + "." + strconv.Itoa(target)
+}
+
+// isHex reports whether s is hex.DecodeString's to decode: pairs of hex
+// digits.
+func isHex(s string) bool {
+	if len(s)%2 != 0 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // consumerScope reports whether a rule of scope s limits the caller, so

@@ -95,11 +95,16 @@ const (
 
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	const proto = providers.ProtocolOpenAI
-	caller, body, ok := h.begin(w, r, proto)
-	if !ok || refuseFolded(w, proto, body, "", chatKeys...) {
+	caller, body, valid, ok := h.beginChecked(w, r, proto)
+	if !ok {
 		return
 	}
-	req, fast := parseChat(body)
+	// The fast parse takes no body with a member named ours but for case
+	// (foldsTo): only one it leaves to the decoder may need refusing.
+	req, fast := parseChat(body, valid)
+	if !fast && refuseFolded(w, proto, body, "", chatKeys...) {
+		return
+	}
 	if !fast {
 		// Anything the scan does not take as plain is decoded, for the
 		// decoder's own answer to what is wrong with it.
@@ -167,29 +172,37 @@ func asTypeError(err error, te **json.UnmarshalTypeError) bool {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// parseChat reads a chat completion request the fast way: a validity check
-// and a scan of the members admission needs, nothing decoded by
-// reflection. It reports false, and the caller decodes, for anything
-// unusual (an escaped model name, a member of an unexpected type, content
-// in parts), so that both ways read every request alike.
-func parseChat(body []byte) (chatRequest, bool) {
+// parseChat reads a chat completion request the fast way, a scan of the
+// members admission needs of a body known to be valid JSON, nothing
+// decoded by reflection. It reports false, and the caller decodes, for
+// anything unusual (an escaped model name, a member of an unexpected type,
+// content in parts) or a body that is not valid, so that both ways read
+// every request alike.
+func parseChat(body []byte, valid bool) (chatRequest, bool) {
 	var req chatRequest
-	if !json.Valid(body) {
+	if !valid {
 		return req, false
+	}
+	// The strings read are cut from one copy of the body, and the numbers
+	// kept in one place: a few allocations a request, not one each.
+	text := bodyText{b: body, s: string(body)}
+	var nums struct {
+		model                       string
+		maxTokens, maxCompletion, n int64
 	}
 	plain := true
 	err := jsonx.Fields(body, func(key []byte, start, end int) bool {
 		v := body[start:end]
 		switch string(key) {
 		case `"model"`:
-			s, ok := plainString(v)
-			req.Model, plain = &s, ok
+			nums.model, plain = text.plainString(v)
+			req.Model = &nums.model
 		case `"messages"`:
 			if v[0] != '[' {
 				plain = false
 				break
 			}
-			req.Messages, plain = parseMessages(v)
+			req.Messages, plain = parseMessages(v, text)
 		case `"stream"`:
 			switch string(v) {
 			case "true":
@@ -199,14 +212,14 @@ func parseChat(body []byte) (chatRequest, bool) {
 				plain = false
 			}
 		case `"max_tokens"`:
-			req.MaxTokens, plain = plainInt(v)
+			req.MaxTokens, plain = plainInt(v, &nums.maxTokens)
 		case `"max_completion_tokens"`:
-			req.MaxCompletionTokens, plain = plainInt(v)
+			req.MaxCompletionTokens, plain = plainInt(v, &nums.maxCompletion)
 		case `"n"`:
-			req.N, plain = plainInt(v)
+			req.N, plain = plainInt(v, &nums.n)
 		case `"tools"`:
 			if string(v) != "null" {
-				req.Tools = rawText(v)
+				req.Tools = rawText(text.cut(v))
 			}
 		default:
 			// The decoder matches member names ignoring case: a key that
@@ -218,28 +231,52 @@ func parseChat(body []byte) (chatRequest, bool) {
 	return req, err == nil && plain
 }
 
+// bodyText is a body and one copy of it as a string, to cut the strings a
+// parse reads from.
+type bodyText struct {
+	b []byte
+	s string
+}
+
+// cut returns v, a slice of the body, as a string.
+func (t bodyText) cut(v []byte) string {
+	at := cap(t.b) - cap(v) // v is a slice of t.b
+	return t.s[at : at+len(v)]
+}
+
+// plainString returns the text of a JSON string, a slice of the body,
+// with no escape in it and valid UTF-8 (what the decoder would give
+// unchanged).
+func (t bodyText) plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 || !utf8.Valid(v) {
+		return "", false
+	}
+	return t.cut(v[1 : len(v)-1]), true
+}
+
 var (
 	chatKeys    = []string{"model", "messages", "stream", "max_tokens", "max_completion_tokens", "n", "tools"}
 	messageKeys = []string{"content", "tool_calls", "role", "name", "tool_call_id"}
 )
 
 // foldsTo reports whether a raw member name is escaped or equals one of
-// names but for case.
+// names but for case, as jsonx.Folded compares them (so that a body the
+// fast parse takes has no member refuseFolded would refuse).
 func foldsTo(key []byte, names []string) bool {
 	if bytes.IndexByte(key, '\\') >= 0 {
 		return true
 	}
 	k := key[1 : len(key)-1]
 	for _, n := range names {
-		if len(k) == len(n) && strings.EqualFold(string(k), n) {
+		if strings.EqualFold(string(k), n) {
 			return true
 		}
 	}
 	return false
 }
 
-func parseMessages(v []byte) ([]chatMessage, bool) {
-	msgs := []chatMessage{} // as the decoder makes of []
+func parseMessages(v []byte, text bodyText) ([]chatMessage, bool) {
+	msgs := make([]chatMessage, 0, 4) // not nil, as the decoder makes of []
 	plain := true
 	err := jsonx.Elements(v, func(e []byte) bool {
 		if e[0] != '{' {
@@ -254,21 +291,21 @@ func parseMessages(v []byte) ([]chatMessage, bool) {
 				switch {
 				case string(v) == "null":
 				case v[0] == '"':
-					s, ok := plainString(v)
+					s, ok := text.plainString(v)
 					m.Content, plain = content(s), ok
 				default:
 					plain = false // parts, or not content at all: decode
 				}
 			case `"tool_calls"`:
 				if string(v) != "null" {
-					m.ToolCalls = rawText(v)
+					m.ToolCalls = rawText(text.cut(v))
 				}
 			case `"role"`, `"name"`, `"tool_call_id"`:
 				if string(v) == "null" {
 					break
 				}
 				var str string
-				str, plain = plainString(v)
+				str, plain = text.plainString(v)
 				switch string(key) {
 				case `"role"`:
 					m.Role = str
@@ -288,23 +325,14 @@ func parseMessages(v []byte) ([]chatMessage, bool) {
 	return msgs, err == nil && plain
 }
 
-// plainString returns the text of a JSON string with no escape in it and
-// valid UTF-8 (what the decoder would give unchanged).
-func plainString(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 || !utf8.Valid(v) {
-		return "", false
-	}
-	return string(v[1 : len(v)-1]), true
-}
-
-// plainInt reads an integer member; null is absent.
-func plainInt(v []byte) (*int64, bool) {
+// plainInt reads an integer member into *n; null is absent.
+func plainInt(v []byte, n *int64) (*int64, bool) {
 	if string(v) == "null" {
 		return nil, true
 	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
+	var err error
+	if *n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
 		return nil, false
 	}
-	return &n, true
+	return n, true
 }

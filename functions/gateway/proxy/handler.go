@@ -277,8 +277,10 @@ func AdmissionConfig(cfg Config) admission.Config {
 
 func randomID() string {
 	var b [16]byte
+	var id [32]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	hex.Encode(id[:], b[:])
+	return string(id[:])
 }
 
 // ServeHTTP implements http.Handler. In dev mode a request a browser sent
@@ -349,23 +351,34 @@ func (h *Handler) unknownRoute(w http.ResponseWriter, r *http.Request) {
 // error answer and returning false when it cannot: a type that is not
 // application/json, or none (what a page of another site sends with
 // no-cors), is 415; a member given twice in one object is 400 (see
-// refuseDuplicates).
-func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol) ([]byte, bool) {
-	ct := r.Header.Get("Content-Type")
-	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-		msg := "unsupported Content-Type " + ct + ": send application/json"
-		if ct == "" {
-			msg = "no Content-Type: send application/json"
+// refuseDuplicates). valid says whether the body is JSON at all (checked
+// in the same pass as the duplicates): a route that is given one that is
+// not decodes it, for the decoder's own word on what is wrong.
+func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol) (body []byte, valid, ok bool) {
+	if ct := firstValue(r.Header, "Content-Type"); ct != "application/json" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			msg := "unsupported Content-Type " + ct + ": send application/json"
+			if ct == "" {
+				msg = "no Content-Type: send application/json"
+			}
+			writeError(w, proto, apiError{status: http.StatusUnsupportedMediaType, typ: errTypeInvalidRequest, code: errCodeUnsupportedMediaType,
+				message: msg}, 0)
+			return nil, false, false
 		}
-		writeError(w, proto, apiError{status: http.StatusUnsupportedMediaType, typ: errTypeInvalidRequest, code: errCodeUnsupportedMediaType,
-			message: msg}, 0)
-		return nil, false
 	}
-	body, ok := h.readBody(w, r, proto)
-	if !ok || refuseDuplicates(w, proto, body) {
-		return nil, false
+	body, ok = h.readBody(w, r, proto)
+	if !ok {
+		return nil, false, false
 	}
-	return body, true
+	c := jsonx.Check(body)
+	if !c.Valid {
+		return body, false, !refuseDuplicates(w, proto, body)
+	}
+	if c.Duplicate {
+		refuseDuplicate(w, proto, c.Name, c.Path)
+		return nil, false, false
+	}
+	return body, true, true
 }
 
 // refuseDuplicates answers 400 for a JSON body with a member given twice
@@ -374,11 +387,14 @@ func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, proto provide
 // 5,000. It reports whether it answered.
 func refuseDuplicates(w http.ResponseWriter, proto providers.Protocol, body []byte) bool {
 	name, path, dup := jsonx.Duplicate(body)
-	if !dup {
-		return false
+	if dup {
+		refuseDuplicate(w, proto, name, path)
 	}
+	return dup
+}
+
+func refuseDuplicate(w http.ResponseWriter, proto providers.Protocol, name, path string) {
 	badRequest(w, proto, path, "the member "+strconv.Quote(name)+" is given twice (at "+path+"): parsers read duplicates differently; send each member once")
-	return true
 }
 
 // refuseFolded answers 400 for a member of the JSON object obj that is
@@ -398,7 +414,7 @@ func refuseFolded(w http.ResponseWriter, proto providers.Protocol, obj []byte, a
 // readBody reads a request body within the size limit, writing the error
 // answer and returning false when it cannot.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, proto providers.Protocol) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes), min(r.ContentLength, h.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -410,4 +426,35 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, proto provide
 		return nil, false
 	}
 	return body, true
+}
+
+// readAll is io.ReadAll into a buffer of the size a body declares (one
+// byte more, to read its end without growing), when it declares one.
+func readAll(r io.Reader, declared int64) ([]byte, error) {
+	if declared <= 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, declared+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
+}
+
+// firstValue is h.Get(name) for a name written canonically, without
+// canonicalizing it again.
+func firstValue(h http.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
 }

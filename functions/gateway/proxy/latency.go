@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/providers"
 )
 
 // The gateway keeps, per provider and per provider/model, the latency of
@@ -27,18 +29,29 @@ type latencyRing struct {
 
 type latencies struct {
 	mu    sync.Mutex
-	rings map[string]*latencyRing
+	rings map[latencyKey]*latencyRing
+}
+
+// latencyKey names what latencies are kept of: a provider and a model, or
+// "*" for any of its models, case folded (admission.CooldownKey's and
+// ProviderKey's "provider/model" and "provider/*", not joined).
+type latencyKey struct{ provider, model string }
+
+// latencyKeysOf are the keys target t's answer times are kept under.
+func latencyKeysOf(t providers.Target) (model, provider latencyKey) {
+	p := strings.ToLower(t.Provider.Name())
+	return latencyKey{p, strings.ToLower(t.Model)}, latencyKey{p, "*"}
 }
 
 // maxLatencyKeys bounds the providers and models whose answer times are
 // kept.
 const maxLatencyKeys = 4096
 
-func (l *latencies) record(key string, at time.Time, d time.Duration) {
+func (l *latencies) record(key latencyKey, at time.Time, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.rings == nil {
-		l.rings = map[string]*latencyRing{}
+		l.rings = map[latencyKey]*latencyRing{}
 	}
 	r := l.rings[key]
 	if r == nil {
@@ -55,7 +68,7 @@ func (l *latencies) record(key string, at time.Time, d time.Duration) {
 
 // p95 returns the 95th percentile of key's samples in [from, to), and how
 // many there were.
-func (l *latencies) p95(key string, from, to time.Time) (time.Duration, int) {
+func (l *latencies) p95(key latencyKey, from, to time.Time) (time.Duration, int) {
 	l.mu.Lock()
 	r := l.rings[key]
 	var ds []time.Duration
@@ -86,8 +99,9 @@ const minLatencySamples = 10
 // key ("provider/*" or "provider/model", case folded) over the interval
 // before now doubled against the interval before that, on enough answers
 // in both.
-func (h *Handler) LatencyDoubled(key string, now time.Time, interval time.Duration) bool {
-	key = strings.ToLower(key)
+func (h *Handler) LatencyDoubled(name string, now time.Time, interval time.Duration) bool {
+	provider, model, _ := strings.Cut(strings.ToLower(name), "/")
+	key := latencyKey{provider, model}
 	last, n := h.lat.p95(key, now.Add(-interval), now)
 	prev, m := h.lat.p95(key, now.Add(-2*interval), now.Add(-interval))
 	return n >= minLatencySamples && m >= minLatencySamples && last > 2*prev

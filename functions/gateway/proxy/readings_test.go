@@ -25,6 +25,9 @@ func TestBodiesReadAsTheUpstreamReadsThem(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"MAX_TOKENS":1}`, `"MAX_TOKENS" is not "max_tokens"`},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"Max_Completion_Tokens":1}`, "case-sensitive"},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"N":1}`, `"N" is not "n"`},
+		// The Kelvin sign folds to k, as encoding/json matches names, in
+		// a name a byte longer than the one it folds to.
+		{"/v1/chat/completions", "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_to\u212aens\":1}", "case-sensitive"},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"STREAM":false}`, "case-sensitive"},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5000,"max_tokens":1}`, `"max_tokens" is given twice`},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi","content":"x"}]}`, "messages[0].content"},

@@ -178,7 +178,7 @@ func (h *Handler) endSession(w http.ResponseWriter, r *http.Request) {
 	}
 	used := s.Lease.Reserved
 	used.Exact = true
-	h.complete(r.Context(), &s.Lease, used, "session-"+id)
+	h.complete(r.Context(), h.cfg.Now(), &s.Lease, used, "session-"+id)
 	h.log.Info("realtime session ended", "session", id, "user_path", s.UserPath, "held_ms", h.cfg.Now().Sub(s.Lease.AdmittedAt).Milliseconds())
 	b, _ := json.Marshal(map[string]any{"id": id, "object": "realtime.session", "ended": true})
 	w.Header().Set("Content-Type", "application/json")

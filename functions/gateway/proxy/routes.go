@@ -586,12 +586,18 @@ func oneSpelling[T any](w http.ResponseWriter, proto providers.Protocol, field s
 
 // begin authenticates and reads a JSON body.
 func (h *Handler) begin(w http.ResponseWriter, r *http.Request, proto providers.Protocol) (Caller, []byte, bool) {
+	caller, body, _, ok := h.beginChecked(w, r, proto)
+	return caller, body, ok
+}
+
+// beginChecked is begin, saying also whether the body is valid JSON.
+func (h *Handler) beginChecked(w http.ResponseWriter, r *http.Request, proto providers.Protocol) (Caller, []byte, bool, bool) {
 	caller, ok := h.authenticate(w, r, proto)
 	if !ok {
-		return Caller{}, nil, false
+		return Caller{}, nil, false, false
 	}
-	body, ok := h.readJSON(w, r, proto)
-	return caller, body, ok
+	body, valid, ok := h.readJSON(w, r, proto)
+	return caller, body, valid, ok
 }
 
 // beginJSON is begin for a JSON route: it also decodes the body into v,

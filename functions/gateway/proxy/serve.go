@@ -50,6 +50,12 @@ type exchange struct {
 	// route, when set, is the resolution to use instead of the model's
 	// (passthrough names its provider in the URL).
 	route *providers.Route
+	// answer is the answer's header, where a clamp is announced.
+	answer http.Header
+	// said holds the values of the answer's headers that name the request,
+	// its provider and its model (one array for the three, shared by the
+	// header slices).
+	said [3]string
 }
 
 // chargedInput is the input a request reserves.
@@ -77,7 +83,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			message: "the model `" + ex.model + "` does not exist or is not served by this gateway"}, 0)
 		return
 	}
-	w.Header().Set("X-Request-Id", reqID)
+	ex.said[0] = reqID
+	w.Header()["X-Request-Id"] = ex.said[0:1:1]
 	for {
 		st := adm.Next(ctx)
 		switch st.Kind {
@@ -118,28 +125,34 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	}
 }
 
-// admissionRequest is what admission needs of ex. Its Clamp lowers ex's
-// output cap where the upstream reads it, and announces it.
+// admissionRequest is what admission needs of ex; ex is its Body.
 func (h *Handler) admissionRequest(w http.ResponseWriter, ex *exchange, reqID string) admission.Request {
+	ex.answer = w.Header()
 	return admission.Request{
 		ID: reqID, Model: ex.model, Route: ex.route, Op: ex.op, Stream: ex.stream,
 		Caller:      admission.Caller{UserPath: ex.caller.UserPath, KeyID: ex.caller.KeyID, Tags: ex.caller.Tags, Class: ex.caller.Class},
 		InputTokens: ex.inputTokens, MaxTokens: ex.maxTokens, Choices: ex.choices,
 		UserPathOnly: ex.userPathOnly, NoOutput: ex.noOutput, Free: ex.free, Session: ex.session,
-		Needs: func() admission.Needs { return needsOf(ex.op, ex.body) },
-		Clamp: func(n int64) bool {
-			if ex.proto == providers.ProtocolGemini {
-				return false // its cap is generationConfig.maxOutputTokens, nested: not lowered
-			}
-			body, err := providers.SetModel(ex.body, "", map[string]any{ex.capFieldName(): n})
-			if err != nil {
-				return false
-			}
-			ex.body, ex.maxTokens = body, n
-			w.Header().Set(HeaderClamped, strconv.FormatInt(n, 10))
-			return true
-		},
+		Body: ex,
 	}
+}
+
+// Needs implements admission.Body: what ex's body asks of a model.
+func (ex *exchange) Needs() admission.Needs { return needsOf(ex.op, ex.body) }
+
+// Clamp implements admission.Body: it lowers ex's output cap where the
+// upstream reads it, and announces it.
+func (ex *exchange) Clamp(n int64) bool {
+	if ex.proto == providers.ProtocolGemini {
+		return false // its cap is generationConfig.maxOutputTokens, nested: not lowered
+	}
+	body, err := providers.SetModel(ex.body, "", map[string]any{ex.capFieldName(): n})
+	if err != nil {
+		return false
+	}
+	ex.body, ex.maxTokens = body, n
+	ex.answer.Set(HeaderClamped, strconv.FormatInt(n, 10))
+	return true
 }
 
 // HeaderDowngradedFrom names, on an answer, the target ("provider/model")
@@ -222,8 +235,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	hdr := w.Header()
 	setRateHeaders(hdr, d)
 	setPolicyHeaders(hdr, d)
-	names := []string{t.Provider.Name(), t.Model} // one array for the two
-	hdr["X-Tollgate-Provider"], hdr["X-Tollgate-Model"] = names[0:1:1], names[1:2:2]
+	ex.said[1], ex.said[2] = t.Provider.Name(), t.Model
+	hdr["X-Tollgate-Provider"], hdr["X-Tollgate-Model"] = ex.said[1:2:2], ex.said[2:3:3]
 	tw := newTrackingWriter(w, h.cfg.StreamWriteTimeout)
 	var out http.ResponseWriter = tw
 	var held *sessionWriter
@@ -269,18 +282,19 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		perr = nil // the gateway ended it: nothing to fail over
 	}
 	clientGone := r.Context().Err() != nil
+	end := h.cfg.Now()
 	if !(ex.session && perr == nil && h.holdSession(r.Context(), ex, t, d.Lease, res, sessionID, reqID)) {
-		h.complete(r.Context(), d.Lease, used, reqID)
+		h.complete(r.Context(), end, d.Lease, used, reqID)
 	}
 	if perr == nil {
 		h.observeCompletion(ex, t, d.Lease, used)
 	}
 	if perr == nil && !ex.stream && res.Status/100 == 2 {
-		took := h.cfg.Now().Sub(start)
-		h.lat.record(admission.CooldownKey(t), start, took)
-		h.lat.record(admission.ProviderKey(t), start, took)
+		model, provider := latencyKeysOf(t)
+		h.lat.record(model, start, end.Sub(start))
+		h.lat.record(provider, start, end.Sub(start))
 	}
-	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, start)
+	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, end.Sub(start))
 	switch {
 	case cut && !tw.wrote:
 		return res.Limits, errAnswered
@@ -329,7 +343,7 @@ func usageOf(ex *exchange, t providers.Target, res providers.Result, err error, 
 // typed: the line is written on every request, and boxing its values
 // would cost an allocation each.
 func (h *Handler) logFinished(ctx context.Context, reqID string, ex *exchange, t providers.Target, status int, perr *providers.Error,
-	used limiter.Usage, clientGone bool, start time.Time) {
+	used limiter.Usage, clientGone bool, took time.Duration) {
 	if perr != nil {
 		status = perr.Status
 	}
@@ -349,7 +363,7 @@ func (h *Handler) logFinished(ctx context.Context, reqID string, ex *exchange, t
 		slog.Int64("cache_write_input_tokens", used.CacheWriteInputTokens),
 		slog.Bool("usage_reported", used.Exact),
 		slog.Bool("client_gone", clientGone),
-		slog.Int64("duration_ms", h.cfg.Now().Sub(start).Milliseconds()),
+		slog.Int64("duration_ms", took.Milliseconds()),
 	)
 }
 
@@ -371,13 +385,13 @@ var errAnswered = &providers.Error{Err: errStreamTooLong}
 // returns). Completion is idempotent, so a retry after a write that landed
 // changes nothing. If every attempt fails, the slot is given back at the
 // lease's expiry.
-func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limiter.Usage, reqID string) {
+func (h *Handler) complete(ctx context.Context, now time.Time, lease *limiter.Lease, used limiter.Usage, reqID string) {
 	if lease == nil {
 		return
 	}
 	if h.cfg.Limiter.InProcess() {
 		// Its store cannot stall, nor fail but for a bug: no deadlines.
-		if err := h.cfg.Limiter.Complete(context.WithoutCancel(ctx), h.cfg.Now(), lease, used); err != nil {
+		if err := h.cfg.Limiter.Complete(context.WithoutCancel(ctx), now, lease, used); err != nil {
 			h.log.Error("could not record completion", "request_id", reqID, "lease", lease.ID, "err", err)
 		}
 		return
@@ -388,7 +402,7 @@ func (h *Handler) complete(ctx context.Context, lease *limiter.Lease, used limit
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, time.Second))
 	first, cancelFirst := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	err := h.cfg.Limiter.Complete(first, h.cfg.Now(), lease, used)
+	err := h.cfg.Limiter.Complete(first, now, lease, used)
 	cancelFirst()
 	if err == nil {
 		cancel()
@@ -559,7 +573,7 @@ func (h *Handler) relayFailure(w http.ResponseWriter, proto providers.Protocol, 
 type trackingWriter struct {
 	http.ResponseWriter
 	wrote   bool
-	rc      *http.ResponseController
+	rc      http.ResponseController
 	timeout time.Duration // 0: no deadlines (not supported, or off)
 	armed   time.Time     // when the write deadline was last moved
 }
@@ -570,7 +584,7 @@ func newTrackingWriter(w http.ResponseWriter, timeout time.Duration) *trackingWr
 	if !takesDeadlines(w) {
 		timeout = 0 // asked for one, such a writer answers with a new error each time
 	}
-	return &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: timeout}
+	return &trackingWriter{ResponseWriter: w, rc: *http.NewResponseController(w), timeout: timeout}
 }
 
 // takesDeadlines reports whether w, or a writer it wraps, has write
@@ -602,16 +616,14 @@ func (t *trackingWriter) Write(p []byte) (int, error) {
 // Flush sends what was written, within the write deadline too.
 func (t *trackingWriter) Flush() {
 	t.arm()
-	if t.rc != nil {
-		_ = t.rc.Flush()
-	}
+	_ = t.rc.Flush()
 }
 
 // arm moves the write deadline to timeout from now, at most every tenth
 // of it (a deadline per chunk would cost a syscall per chunk). A writer
 // with no deadlines (httptest, Lambda) is left alone.
 func (t *trackingWriter) arm() {
-	if t.timeout <= 0 || t.rc == nil {
+	if t.timeout <= 0 {
 		return
 	}
 	now := time.Now()
