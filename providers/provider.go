@@ -72,6 +72,10 @@ type Request struct {
 	// Body is the client's request body. Adapters must not modify it: a
 	// failover sends the same body to the next target.
 	Body []byte
+	// Once says Body is JSON that gives each member of each object once
+	// (jsonx.Check found no duplicate): a member is looked for only as far
+	// as its first occurrence.
+	Once bool
 	// Path is the upstream path for audio and passthrough calls, e.g.
 	// "/v1/audio/transcriptions"; Query its query string.
 	Path  string

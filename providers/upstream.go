@@ -366,7 +366,7 @@ func CopyHeaders(w http.ResponseWriter, resp *http.Response) {
 // byte for byte.
 func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
 	if len(set) == 0 {
-		return WithModel(body, model)
+		return WithModel(body, model, false)
 	}
 	kvs := make([]jsonx.KV, 0, len(set))
 	for _, k := range slices.Sorted(maps.Keys(set)) {
@@ -379,14 +379,20 @@ func SetModel(body []byte, model string, set map[string]any) ([]byte, error) {
 		}
 		kvs = append(kvs, jsonx.KV{Key: k, Value: raw})
 	}
-	return WithModel(body, model, kvs...)
+	return WithModel(body, model, false, kvs...)
 }
 
 // WithModel is SetModel with the other members given as raw JSON, in the
-// order they are added where the body lacks them.
-func WithModel(body []byte, model string, set ...jsonx.KV) ([]byte, error) {
+// order they are added where the body lacks them. once says the body
+// gives each member once (Request.Once): its model is then looked for
+// only as far as the first, where clients put it.
+func WithModel(body []byte, model string, once bool, set ...jsonx.KV) ([]byte, error) {
 	if model != "" {
-		if v, ok := jsonx.Member(body, "model"); !ok || string(v) != strconv.Quote(model) || !plainASCII(model) {
+		member := jsonx.Member
+		if once {
+			member = jsonx.FirstMember
+		}
+		if v, ok := member(body, "model"); !ok || string(v) != strconv.Quote(model) || !plainASCII(model) {
 			set = append([]jsonx.KV{{Key: "model", Value: quote(model)}}, set...)
 		}
 	}

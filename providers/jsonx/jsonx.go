@@ -224,6 +224,21 @@ func Member(obj []byte, key string) ([]byte, bool) {
 	return v, found && err == nil
 }
 
+// FirstMember is Member for an object that gives each member once
+// (Check): the scan stops at the first member named key.
+func FirstMember(obj []byte, key string) ([]byte, bool) {
+	var v []byte
+	found := false
+	err := Fields(obj, func(k []byte, start, end int) bool {
+		if keyEquals(k, key) {
+			v, found = obj[start:end], true
+			return false
+		}
+		return true
+	})
+	return v, found && err == nil
+}
+
 // Elements calls fn with each element of the array arr. fn returns false
 // to stop.
 func Elements(arr []byte, fn func(elem []byte) bool) error {
@@ -306,12 +321,25 @@ func Set(obj []byte, set ...KV) ([]byte, error) {
 			out = append(out, ',')
 		}
 		empty = false
-		key, _ := json.Marshal(kv.Key)
-		out = append(out, key...)
+		out = appendKey(out, kv.Key)
 		out = append(out, ':')
 		out = append(out, kv.Value...)
 	}
 	return append(out, obj[closing:]...), nil
+}
+
+// appendKey appends key as a JSON string: as it is between quotes when
+// nothing in it needs escaping, else as encoding/json writes it.
+func appendKey(out []byte, key string) []byte {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(key)
+			return append(out, b...)
+		}
+	}
+	out = append(out, '"')
+	out = append(out, key...)
+	return append(out, '"')
 }
 
 // Int returns the integer member key of the object obj; absent, null or

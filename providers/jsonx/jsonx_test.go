@@ -323,7 +323,8 @@ func TestCheckDepth(t *testing.T) {
 
 // LastMember finds, in a valid object, the member Member finds, whatever
 // the values before and after it hold (brackets and quotes in strings,
-// escapes, nesting, space).
+// escapes, nesting, space); and so does FirstMember in one that gives
+// each member once.
 func FuzzLastMember(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"x","choices":[{"message":{"content":"} ] \" {"}}],"usage":{"prompt_tokens":1},"tier":"default"}`,
@@ -341,6 +342,12 @@ func FuzzLastMember(f *testing.F) {
 		got, gotOK := LastMember(obj, key)
 		if gotOK != wantOK || !bytes.Equal(got, want) {
 			t.Fatalf("LastMember(%s, %q) = %s %v, Member %s %v", obj, key, got, gotOK, want, wantOK)
+		}
+		if Check(obj).Duplicate {
+			return
+		}
+		if got, gotOK := FirstMember(obj, key); gotOK != wantOK || !bytes.Equal(got, want) {
+			t.Fatalf("FirstMember(%s, %q) = %s %v, Member %s %v", obj, key, got, gotOK, want, wantOK)
 		}
 	})
 }

@@ -217,7 +217,7 @@ func (p *Provider) json(ctx context.Context, w http.ResponseWriter, r *providers
 
 func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string, set []jsonx.KV,
 	usage func([]byte) (providers.Usage, bool), stream func(sse.Event, *providers.Result) bool) (providers.Result, error) {
-	body, err := providers.WithModel(r.Body, r.Model, set...)
+	body, err := providers.WithModel(r.Body, r.Model, r.Once, set...)
 	if err != nil {
 		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Err: err}
 	}

@@ -144,6 +144,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		op:          providers.OpChat,
 		model:       model,
 		body:        body,
+		once:        valid,
 		stream:      req.Stream,
 		maxTokens:   maxTokens,
 		choices:     choices,

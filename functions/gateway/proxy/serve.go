@@ -23,6 +23,7 @@ type exchange struct {
 	op          providers.Op
 	model       string // as the client named it
 	body        []byte
+	once        bool // body is JSON with each member once (jsonx.Check)
 	stream      bool
 	maxTokens   int64 // the client's own output cap; 0 when unset
 	choices     int64 // completions asked for (n, candidateCount); 0 or 1 is one
@@ -240,12 +241,12 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	tw := newTrackingWriter(w, h.cfg.StreamWriteTimeout)
 	var out http.ResponseWriter = tw
 	var held *sessionWriter
-	stopRenewing := func() {}
+	var renewing *renewal
 	if ex.session {
 		held = &sessionWriter{ResponseWriter: tw, own: "tgs_" + reqID}
 		out = held
 	} else {
-		stopRenewing = h.renewWhileRunning(r.Context(), d.Lease, reqID)
+		renewing = h.renewWhileRunning(r.Context(), d.Lease, reqID)
 	}
 	ctx, stopStream := streamContext(r.Context(), ex, st.Stream)
 	res, err := t.Provider.Serve(ctx, out, &providers.Request{
@@ -253,6 +254,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		Model:       t.Model,
 		Stream:      ex.stream,
 		Body:        ex.body,
+		Once:        ex.once,
 		Path:        ex.path,
 		Query:       ex.query,
 		Method:      ex.method,
@@ -266,7 +268,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 	// error to it.
 	cut := streamCut(ctx, r.Context())
 	stopStream()
-	stopRenewing()
+	renewing.stop()
 	if cut {
 		h.endStream(out, ex, st.Stream, reqID, tw.wrote)
 	}
@@ -458,26 +460,37 @@ func completionBackoff(attempt int) time.Duration {
 }
 
 // renewWhileRunning renews a lease every third of its TTL while the
-// request runs, so a long stream keeps its slot; the returned function
-// stops it. A lease that could not be renewed in time no longer holds its
-// slot (it is logged); the request goes on.
-func (h *Handler) renewWhileRunning(ctx context.Context, lease *limiter.Lease, reqID string) func() {
+// request runs, so a long stream keeps its slot, until the renewal it
+// returns (nil when the lease holds no slot) is stopped. A lease that
+// could not be renewed in time no longer holds its slot (it is logged);
+// the request goes on.
+func (h *Handler) renewWhileRunning(ctx context.Context, lease *limiter.Lease, reqID string) *renewal {
 	if !lease.HoldsSlots() {
-		return func() {}
+		return nil
 	}
 	// A timer, not a goroutine: most requests end before the first
-	// renewal is due, and cost one timer.
-	r := &renewal{h: h, ctx: context.WithoutCancel(ctx), lease: lease, reqID: reqID, every: h.cfg.Limiter.LeaseTTL() / 3}
+	// renewal is due, and cost one timer, kept with its renewal for the
+	// next request when it never fired.
+	r := renewals.Get().(*renewal)
 	r.mu.Lock()
-	r.t = time.AfterFunc(r.every, r.renew)
+	r.h, r.ctx, r.lease, r.reqID, r.every, r.stopped = h, ctx, lease, reqID, h.cfg.Limiter.LeaseTTL()/3, false
+	if r.t == nil {
+		r.t = time.AfterFunc(r.every, r.renew)
+	} else {
+		r.t.Reset(r.every)
+	}
 	r.mu.Unlock()
-	return r.stop
+	return r
 }
+
+// renewals keeps the renewals whose timers were stopped before they
+// fired, and so will never run their function again until reset.
+var renewals = sync.Pool{New: func() any { return new(renewal) }}
 
 // renewal renews one running request's lease on a timer.
 type renewal struct {
 	h       *Handler
-	ctx     context.Context
+	ctx     context.Context // the request's: cancelled or not, renewals go on
 	lease   *limiter.Lease
 	reqID   string
 	every   time.Duration
@@ -492,7 +505,7 @@ func (r *renewal) renew() {
 	if r.stopped {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.every/2)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.every/2)
 	ok, err := r.h.cfg.Limiter.Renew(ctx, r.h.cfg.Now(), r.lease)
 	cancel()
 	switch {
@@ -505,11 +518,21 @@ func (r *renewal) renew() {
 	r.t.Reset(r.every)
 }
 
+// stop ends the renewals, waiting for one under way. A renewal whose
+// timer never fired goes back to renewals: its function cannot run again
+// until the next request resets it.
 func (r *renewal) stop() {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.stopped = true
-	r.t.Stop()
+	never := r.t.Stop()
+	r.h, r.ctx, r.lease = nil, nil, nil
+	r.mu.Unlock()
+	if never {
+		renewals.Put(r)
+	}
 }
 
 // recordBatch records who submitted a batch. A batch that cannot be
