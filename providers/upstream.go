@@ -132,30 +132,96 @@ func ParseLimits(h http.Header, now time.Time) UpstreamLimits {
 		}
 		return now
 	}
+	var v limitValues
+	v.read(h)
 	l := UpstreamLimits{RemainingRequests: -1, RemainingTokens: -1, LimitRequests: -1, LimitTokens: -1}
-	if v := header(h, "Retry-After-Ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+	if s := v[retryAfterMs]; s != "" {
+		if ms, err := strconv.ParseFloat(s, 64); err == nil && ms >= 0 {
 			l.RetryAfter = time.Duration(ms * float64(time.Millisecond))
 		}
 	}
-	if v := header(h, "Retry-After"); v != "" && l.RetryAfter == 0 {
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-			l.RetryAfter = time.Duration(s * float64(time.Second))
-		} else if t, err := http.ParseTime(v); err == nil {
+	if s := v[retryAfter]; s != "" && l.RetryAfter == 0 {
+		if secs, err := strconv.ParseFloat(s, 64); err == nil && secs >= 0 {
+			l.RetryAfter = time.Duration(secs * float64(time.Second))
+		} else if t, err := http.ParseTime(s); err == nil {
 			l.RetryAfter = max(0, t.Sub(clock()))
 		}
 	}
-	l.LimitRequests = intHeader(h, "X-Ratelimit-Limit-Requests", "Anthropic-Ratelimit-Requests-Limit")
-	l.LimitTokens = intHeader(h, "X-Ratelimit-Limit-Tokens", "Anthropic-Ratelimit-Tokens-Limit")
-	l.RemainingRequests = intHeader(h, "X-Ratelimit-Remaining-Requests", "Anthropic-Ratelimit-Requests-Remaining")
-	l.RemainingTokens = intHeader(h, "X-Ratelimit-Remaining-Tokens", "Anthropic-Ratelimit-Tokens-Remaining")
-	l.ResetRequests = resetHeader(h, clock, "X-Ratelimit-Reset-Requests", "Anthropic-Ratelimit-Requests-Reset")
-	l.ResetTokens = resetHeader(h, clock, "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Tokens-Reset")
+	l.LimitRequests = intValue(v[limitRequests], v[anthropicLimitRequests])
+	l.LimitTokens = intValue(v[limitTokens], v[anthropicLimitTokens])
+	l.RemainingRequests = intValue(v[remainingRequests], v[anthropicRemainingRequests])
+	l.RemainingTokens = intValue(v[remainingTokens], v[anthropicRemainingTokens])
+	l.ResetRequests = resetValue(clock, v[resetRequests], v[anthropicResetRequests])
+	l.ResetTokens = resetValue(clock, v[resetTokens], v[anthropicResetTokens])
 	return l
 }
 
+// limitValues are the values of the headers ParseLimits reads, each the
+// first of its header's, "" for a header the answer has not.
+type limitValues [limitHeaders]string
+
+const (
+	retryAfterMs = iota
+	retryAfter
+	limitRequests
+	anthropicLimitRequests
+	limitTokens
+	anthropicLimitTokens
+	remainingRequests
+	anthropicRemainingRequests
+	remainingTokens
+	anthropicRemainingTokens
+	resetRequests
+	anthropicResetRequests
+	resetTokens
+	anthropicResetTokens
+	limitHeaders
+)
+
+// read takes the values from h in one pass over its headers (an answer
+// has a handful, or a score with a provider's own; a dozen lookups of
+// names it mostly lacks cost more), by their canonical names.
+func (v *limitValues) read(h http.Header) {
+	for name, vs := range h {
+		i := -1
+		switch name {
+		case "Retry-After-Ms":
+			i = retryAfterMs
+		case "Retry-After":
+			i = retryAfter
+		case "X-Ratelimit-Limit-Requests":
+			i = limitRequests
+		case "Anthropic-Ratelimit-Requests-Limit":
+			i = anthropicLimitRequests
+		case "X-Ratelimit-Limit-Tokens":
+			i = limitTokens
+		case "Anthropic-Ratelimit-Tokens-Limit":
+			i = anthropicLimitTokens
+		case "X-Ratelimit-Remaining-Requests":
+			i = remainingRequests
+		case "Anthropic-Ratelimit-Requests-Remaining":
+			i = anthropicRemainingRequests
+		case "X-Ratelimit-Remaining-Tokens":
+			i = remainingTokens
+		case "Anthropic-Ratelimit-Tokens-Remaining":
+			i = anthropicRemainingTokens
+		case "X-Ratelimit-Reset-Requests":
+			i = resetRequests
+		case "Anthropic-Ratelimit-Requests-Reset":
+			i = anthropicResetRequests
+		case "X-Ratelimit-Reset-Tokens":
+			i = resetTokens
+		case "Anthropic-Ratelimit-Tokens-Reset":
+			i = anthropicResetTokens
+		}
+		if i >= 0 && len(vs) > 0 {
+			v[i] = vs[0]
+		}
+	}
+}
+
 // header is h.Get(name) for a name written canonically, without
-// canonicalizing it again (ParseLimits reads a dozen per answer).
+// canonicalizing it again.
 func header(h http.Header, name string) string {
 	if vs := h[name]; len(vs) > 0 {
 		return vs[0]
@@ -163,32 +229,35 @@ func header(h http.Header, name string) string {
 	return ""
 }
 
-func intHeader(h http.Header, names ...string) int64 {
-	for _, name := range names {
-		if v := header(h, name); v != "" {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				return n
-			}
+// intValue reads the first of values that is set and an integer; -1 when
+// none is.
+func intValue(values ...string) int64 {
+	for _, s := range values {
+		if s == "" {
+			continue
+		}
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return n
 		}
 	}
 	return -1
 }
 
-// resetHeader reads a reset as OpenAI writes it ("1s", "6m0s", "20ms"), as
-// seconds, or as Anthropic's RFC 3339 timestamp.
-func resetHeader(h http.Header, now func() time.Time, names ...string) time.Duration {
-	for _, name := range names {
-		v := header(h, name)
-		if v == "" {
+// resetValue reads the first of values that is a reset: as OpenAI writes
+// it ("1s", "6m0s", "20ms"), as seconds, or as Anthropic's RFC 3339
+// timestamp.
+func resetValue(now func() time.Time, values ...string) time.Duration {
+	for _, s := range values {
+		if s == "" {
 			continue
 		}
-		if d, err := time.ParseDuration(v); err == nil {
+		if d, err := time.ParseDuration(s); err == nil {
 			return max(0, d)
 		}
-		if s, err := strconv.ParseFloat(v, 64); err == nil {
-			return time.Duration(s * float64(time.Second))
+		if secs, err := strconv.ParseFloat(s, 64); err == nil {
+			return time.Duration(secs * float64(time.Second))
 		}
-		if t, err := time.Parse(time.RFC3339, v); err == nil {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			return max(0, t.Sub(now()))
 		}
 	}

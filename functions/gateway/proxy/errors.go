@@ -141,8 +141,6 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// setRateHeaders writes the x-ratelimit-* headers of a decision, replacing
-// any from an earlier attempt.
 // rateHeaders are the x-ratelimit-* header names, canonical, per
 // dimension: limit, remaining, reset.
 var rateHeaders = [2][3]string{
@@ -150,6 +148,24 @@ var rateHeaders = [2][3]string{
 	{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"},
 }
 
+// decisionHeaders are the headers a decision, or a forward, writes: what
+// an earlier attempt at another target wrote is cleared before the next
+// writes its own (clearDecisionHeaders).
+var decisionHeaders = [...]string{
+	rateHeaders[0][0], rateHeaders[0][1], rateHeaders[0][2],
+	rateHeaders[1][0], rateHeaders[1][1], rateHeaders[1][2],
+	headerBudgetLeft, headerBudgetReset, headerShadowRefusal, HeaderDowngradedFrom, HeaderMigration,
+}
+
+// clearDecisionHeaders deletes the decisionHeaders from h.
+func clearDecisionHeaders(h http.Header) {
+	for _, name := range decisionHeaders {
+		delete(h, name) // canonical: no Del's canonicalising
+	}
+}
+
+// setRateHeaders writes the x-ratelimit-* headers of a decision (on
+// headers an earlier attempt's are cleared from).
 func setRateHeaders(h http.Header, d limiter.Decision) {
 	// The values share one array: one allocation, not one a header.
 	vals := make([]string, 0, 6)
@@ -159,9 +175,6 @@ func setRateHeaders(h http.Header, d limiter.Decision) {
 	}
 	for i, q := range [2]limiter.Quota{d.Requests, d.Tokens} {
 		names := rateHeaders[i]
-		delete(h, names[0])
-		delete(h, names[1])
-		delete(h, names[2])
 		if !q.IsSet() {
 			continue
 		}
@@ -182,11 +195,9 @@ func ruleName(r *limiter.Refusal) string { return r.Rule.ID() }
 
 // setPolicyHeaders writes what a decision says beyond the x-ratelimit-*
 // headers: the tightest budget's remainder and reset, and the shadow
-// rules that would have refused.
+// rules that would have refused (on headers an earlier attempt's are
+// cleared from).
 func setPolicyHeaders(h http.Header, d limiter.Decision) {
-	delete(h, headerBudgetLeft)
-	delete(h, headerBudgetReset)
-	delete(h, headerShadowRefusal)
 	if b := d.Budget; b.IsSet() {
 		h[headerBudgetLeft] = []string{limiter.FormatUSD(b.Remaining)}
 		h[headerBudgetReset] = []string{b.Reset.UTC().Format(time.RFC3339)}
@@ -206,6 +217,7 @@ func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Dec
 // refusalError is the error of a rule's refusal, its headers set on h.
 func refusalError(h http.Header, d limiter.Decision) (apiError, time.Duration) {
 	r := d.Refused
+	clearDecisionHeaders(h)
 	setRateHeaders(h, d)
 	setPolicyHeaders(h, d)
 	h.Set(headerDecision, DecisionLocalReject)

@@ -86,19 +86,19 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	}
 	ex.said[0] = reqID
 	w.Header()["X-Request-Id"] = ex.said[0:1:1]
-	for {
+	for forwarded := false; ; {
 		st := adm.Next(ctx)
 		switch st.Kind {
 		case admission.Forward:
+			if forwarded {
+				clearDecisionHeaders(w.Header()) // the earlier attempt's
+			}
+			forwarded = true
 			if st.DowngradedFrom != "" {
 				w.Header().Set(HeaderDowngradedFrom, st.DowngradedFrom)
-			} else {
-				delete(w.Header(), HeaderDowngradedFrom) // canonical: no Del's canonicalising
 			}
 			if st.Migration != "" {
 				w.Header().Set(HeaderMigration, st.Migration)
-			} else {
-				delete(w.Header(), HeaderMigration)
 			}
 			limits, perr := h.forward(w, r, ex, st, reqID)
 			if perr == errClientGone || perr == errAnswered {
