@@ -190,8 +190,13 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 	}
 	so, clientWantsUsage := withUsage(r.Body)
 	var seen chunkStart
-	return p.send(ctx, w, r, "/chat/completions", []jsonx.KV{{Key: "stream_options", Value: so}}, chatUsage, func(ev sse.Event, res *providers.Result) bool {
-		return chatStream(ev, res, clientWantsUsage, &seen)
+	return p.send(ctx, w, r, "/chat/completions", []jsonx.KV{{Key: "stream_options", Value: so}}, chatUsage, &streamSight{
+		keep: func(ev sse.Event, res *providers.Result) bool {
+			return chatStream(ev, res, clientWantsUsage, &seen)
+		},
+		run: func(b []byte, res *providers.Result) int {
+			return plainChunks(b, res, &seen)
+		},
 	})
 }
 
@@ -211,12 +216,26 @@ func withUsage(body []byte) (json.RawMessage, bool) {
 
 // json sends a JSON operation with the model set to the target's.
 func (p *Provider) json(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string,
-	usage func([]byte) (providers.Usage, bool), stream func(sse.Event, *providers.Result) bool) (providers.Result, error) {
+	usage func([]byte) (providers.Usage, bool), keep func(sse.Event, *providers.Result) bool) (providers.Result, error) {
+	var stream *streamSight
+	if keep != nil {
+		stream = &streamSight{keep: keep}
+	}
 	return p.send(ctx, w, r, path, nil, usage, stream)
 }
 
+// streamSight is how a relay looks at a stream: keep sees each event,
+// records usage in the result, and says whether to pass it on; run, when
+// set, is the length of the run of whole events at the start of what the
+// relay has read that need no look one by one (their output counted in
+// the result), passed on as they arrived.
+type streamSight struct {
+	keep func(sse.Event, *providers.Result) bool
+	run  func(buffered []byte, res *providers.Result) int
+}
+
 func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string, set []jsonx.KV,
-	usage func([]byte) (providers.Usage, bool), stream func(sse.Event, *providers.Result) bool) (providers.Result, error) {
+	usage func([]byte) (providers.Usage, bool), stream *streamSight) (providers.Result, error) {
 	body, err := providers.WithModel(r.Body, r.Model, r.Once, set...)
 	if err != nil {
 		return providers.Result{}, &providers.Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Err: err}
@@ -242,15 +261,28 @@ func (p *Provider) send(ctx context.Context, w http.ResponseWriter, r *providers
 	return res, nil
 }
 
-// relay passes an event stream through event by event. keep sees each
-// event, records usage in res, and says whether to pass it on.
-func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, keep func(sse.Event, *providers.Result) bool) (providers.Result, error) {
+// relay passes an event stream through: a run of events that need no look
+// as it arrived (streamSight.run), the others event by event.
+func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, sight *streamSight) (providers.Result, error) {
 	sse.Header(w, resp.StatusCode)
 	sw := sse.NewWriter(w)
 	rd := sse.NewReader(resp.Body)
 	rd.RelayTo(sw)
 	defer rd.Close()
 	for {
+		if sight.run != nil {
+			b := rd.Buffered()
+			if len(b) == 0 && rd.Fill() == nil {
+				continue // what arrives is looked at as a run first
+			}
+			if n := sight.run(b, &res); n > 0 {
+				if err := sw.Relay(rd.Take(n)); err != nil {
+					res.Usage.Reported = false
+					return res, nil
+				}
+				continue
+			}
+		}
 		ev, err := rd.Next()
 		if err != nil {
 			// io.EOF is the end; anything else (the client left, the
@@ -260,7 +292,7 @@ func relay(w http.ResponseWriter, resp *http.Response, res providers.Result, kee
 			}
 			return res, nil
 		}
-		if !keep(ev, &res) {
+		if !sight.keep(ev, &res) {
 			continue
 		}
 		if err := sw.Relay(ev.Raw); err != nil {
@@ -284,13 +316,13 @@ func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.
 	res := providers.Answered(resp)
 	providers.CopyHeaders(w, resp)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return relay(w, resp, res, func(ev sse.Event, res *providers.Result) bool {
+		return relay(w, resp, res, &streamSight{keep: func(ev sse.Event, res *providers.Result) bool {
 			if u, ok := chatUsage(ev.Data); ok {
 				res.Usage = u
 				res.Usage.Reported = true
 			}
 			return true
-		})
+		}})
 	}
 	answer := providers.Pass(w, resp)
 	res.Usage, res.Usage.Reported = chatUsage(answer)

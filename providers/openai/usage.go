@@ -189,6 +189,44 @@ var (
 	nullValue     = []byte(`:null`)
 )
 
+// plainChunks is the length of the run of whole chunks at the start of b
+// (what a relay has read and not returned) that need no look one by one,
+// and counts their output in res as chatStream would: each a "data: "
+// line and a blank line, as OpenAI writes them, of [DONE] or of a chunk
+// outputWithoutUsage tells the output of, looked at from where the
+// members its stream's chunks share end (seen) (TestPlainChunksAsEventByEvent
+// holds a relay that passes such runs on as they arrived to one that
+// reads every event).
+func plainChunks(b []byte, res *providers.Result, seen *chunkStart) int {
+	n := 0
+	for {
+		rest := b[n:]
+		if !bytes.HasPrefix(rest, dataField) {
+			return n
+		}
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 || nl+1 >= len(rest) || rest[nl+1] != '\n' {
+			return n
+		}
+		if data := rest[len(dataField):nl]; string(data) != "[DONE]" {
+			from := seen.in(data)
+			if from == 0 {
+				from = seen.learn(data)
+			}
+			output, known := outputWithoutUsage(data[from:])
+			if !known {
+				return n
+			}
+			if output && !res.Usage.Reported {
+				res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
+			}
+		}
+		n += nl + 2
+	}
+}
+
+var dataField = []byte("data: ")
+
 // chatStreamScan is chatStream for any chunk: its members read.
 func chatStreamScan(ev sse.Event, res *providers.Result, clientWantsUsage bool, seen *chunkStart) bool {
 	// One pass over the chunk for its choices and its usage, from where

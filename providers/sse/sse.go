@@ -164,8 +164,36 @@ func (rd *Reader) end() (Event, error) {
 	return ev, nil
 }
 
+// Buffered returns the bytes rd has read and not returned, as they
+// arrived: whole events, and perhaps the start of one. They are valid
+// until rd's next Next, Take or Close. A relay that can tell a run of
+// whole events at their start needs no look, one by one, passes it on
+// with Take.
+func (rd *Reader) Buffered() []byte { return rd.buf[rd.r:rd.w] }
+
+// Fill reads the stream once more into what Buffered returns, writing and
+// flushing the relay first, as Next does before it reads; it returns the
+// stream's error (io.EOF at its end), and reads no more after one.
+func (rd *Reader) Fill() error {
+	if rd.err == nil {
+		rd.fill()
+	}
+	return rd.err
+}
+
+// Take passes by the first n bytes of Buffered, which must end where an
+// event ends, and returns them: Relay holds them as it holds an event's
+// Raw, with the events beside them. Next goes on after them.
+func (rd *Reader) Take(n int) []byte {
+	p := rd.buf[rd.r : rd.r+n]
+	rd.last = [2]int{rd.r, rd.r + n}
+	rd.r += n
+	rd.ev = gathering{} // what Next had read of the event there is behind
+	return p
+}
+
 // lastAt returns where p lies in rd's buffer when it is the Raw of the
-// last event rd returned from it.
+// last event rd returned from it (or the run Take passed by).
 func (rd *Reader) lastAt(p []byte) (int, bool) {
 	if rd == nil || rd.buffers == nil || len(p) == 0 || len(p) != rd.last[1]-rd.last[0] || &p[0] != &rd.buf[rd.last[0]] {
 		return 0, false
