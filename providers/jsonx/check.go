@@ -180,14 +180,10 @@ func hex4(h []byte) bool {
 }
 
 func (c *checker) object(i int) (int, bool) {
-	if c.depth++; c.depth > maxDepth {
-		return 0, false
-	}
 	b := c.b
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		c.depth--
-		return i + 1, true
+	i, empty, ok := c.open(i, '}')
+	if !ok || empty {
+		return i, ok
 	}
 	var seen keySet
 	for {
@@ -210,20 +206,59 @@ func (c *checker) object(i int) (int, bool) {
 		if !ok {
 			return 0, false
 		}
-		i = skipSpace(b, end)
-		if i >= len(b) {
-			return 0, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			c.depth--
-			return i + 1, true
-		default:
-			return 0, false
+		var more bool
+		if i, more, ok = c.after(end, '}'); !ok || !more {
+			return i, ok
 		}
 	}
+}
+
+func (c *checker) array(i int) (int, bool) {
+	i, empty, ok := c.open(i, ']')
+	if !ok || empty {
+		return i, ok
+	}
+	for {
+		end, ok := c.value(i)
+		if !ok {
+			return 0, false
+		}
+		var more bool
+		if i, more, ok = c.after(end, ']'); !ok || !more {
+			return i, ok
+		}
+	}
+}
+
+// open enters the object or array starting at b[i], closed by close: it
+// returns where its first member or element starts, or, when it is empty,
+// where it ends.
+func (c *checker) open(i int, close byte) (j int, empty, ok bool) {
+	if c.depth++; c.depth > maxDepth {
+		return 0, false, false
+	}
+	j = skipSpace(c.b, i+1)
+	if j < len(c.b) && c.b[j] == close {
+		c.depth--
+		return j + 1, true, true
+	}
+	return j, false, true
+}
+
+// after reads what follows a member or element that ends at end: a comma
+// (more follow, from j) or close (the object or array ends before j).
+func (c *checker) after(end int, close byte) (j int, more, ok bool) {
+	i := skipSpace(c.b, end)
+	switch {
+	case i >= len(c.b):
+		return 0, false, false
+	case c.b[i] == ',':
+		return skipSpace(c.b, i+1), true, true
+	case c.b[i] == close:
+		c.depth--
+		return i + 1, false, true
+	}
+	return 0, false, false
 }
 
 // keySet is the member names of one object read so far, as a decoder
@@ -263,35 +298,4 @@ func (s *keySet) add(k []byte) bool {
 	}
 	s.more[string(key)] = true
 	return false
-}
-
-func (c *checker) array(i int) (int, bool) {
-	if c.depth++; c.depth > maxDepth {
-		return 0, false
-	}
-	b := c.b
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		c.depth--
-		return i + 1, true
-	}
-	for {
-		end, ok := c.value(i)
-		if !ok {
-			return 0, false
-		}
-		i = skipSpace(b, end)
-		if i >= len(b) {
-			return 0, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case ']':
-			c.depth--
-			return i + 1, true
-		default:
-			return 0, false
-		}
-	}
 }
