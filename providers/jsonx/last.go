@@ -11,7 +11,9 @@ import (
 // puts near its end (an OpenAI answer's usage, after its choices) is
 // found without a scan of what comes before it. Of a valid object it
 // returns what Member returns (FuzzLastMember); like the rest of the
-// package, it does not judge validity.
+// package, it does not judge validity, and of a body cut short it may
+// take an object inside for the whole: read only bodies known whole with
+// it.
 func LastMember(obj []byte, key string) ([]byte, bool) {
 	i := spaceBack(obj, len(obj)-1)
 	if i < 0 || obj[i] != '}' {

@@ -325,7 +325,7 @@ func (p *Provider) raw(ctx context.Context, w http.ResponseWriter, r *providers.
 		}})
 	}
 	answer := providers.Pass(w, resp)
-	res.Usage, res.Usage.Reported = chatUsage(answer)
+	res.Usage, res.Usage.Reported = headUsage(answer)
 	if r.Op == providers.OpRealtime && res.Status/100 == 2 {
 		res.SessionID = providers.RealtimeSessionID(answer)
 	}

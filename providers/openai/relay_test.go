@@ -151,3 +151,49 @@ func BenchmarkChatStreamRelay(b *testing.B) {
 		})
 	}
 }
+
+// atOnce gives its whole stream in one read, with io.EOF: as net/http
+// gives the end of a body whose last chunk arrived with the rest.
+type atOnce struct{ b []byte }
+
+func (a *atOnce) Read(p []byte) (int, error) {
+	n := copy(p, a.b)
+	a.b = a.b[n:]
+	if len(a.b) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+func (*atOnce) Close() error { return nil }
+
+// gone is a client that has left: every write fails.
+type gone struct{ h http.Header }
+
+func (g gone) Header() http.Header     { return g.h }
+func (gone) WriteHeader(int)           {}
+func (gone) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+func (gone) Flush()                    {}
+
+// A stream whose events the client never got (its writes failed) reports
+// its usage as inexact, when the stream's last bytes came with its end
+// and were written only then, read as runs or event by event.
+func TestRelayToAClientGoneReportsInexactUsage(t *testing.T) {
+	stream, err := os.ReadFile("../../tests/fixtures/openai_chat_stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []bool{true, false} {
+		for _, wants := range []bool{true, false} { // every event relayed, or the usage chunk kept from the client
+			resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: &atOnce{b: stream}}
+			var seen chunkStart
+			sight := &streamSight{keep: func(ev sse.Event, res *providers.Result) bool { return chatStream(ev, res, wants, &seen) }}
+			if run {
+				sight.run = func(b []byte, res *providers.Result) int { return plainChunks(b, res, &seen) }
+			}
+			res, _ := relay(gone{http.Header{}}, resp, providers.Result{}, sight)
+			if res.Usage.Reported {
+				t.Errorf("runs %v, usage asked %v: usage %+v reported exact to a client that got none of it", run, wants, res.Usage)
+			}
+		}
+	}
+}

@@ -36,11 +36,23 @@ func (u *usage) toUsage() providers.Usage {
 	}
 }
 
-// chatUsage reads the usage block of a chat completion, an embedding
-// answer or a stream chunk, decoding nothing else of it: read from the
+// chatUsage reads the usage block of a whole chat completion, embedding
+// answer or stream chunk, decoding nothing else of it: read from the
 // answer's end, where OpenAI puts it, after the choices.
 func chatUsage(body []byte) (providers.Usage, bool) {
 	raw, ok := jsonx.LastMember(body, "usage")
+	if !ok {
+		return providers.Usage{}, false
+	}
+	return parseUsage(raw)
+}
+
+// headUsage is chatUsage of the start of an answer that may be cut short
+// (providers.Pass keeps the first MiB): read from its start, so that a cut
+// answer has none (from where it was cut, an object inside it could pass
+// for the answer).
+func headUsage(head []byte) (providers.Usage, bool) {
+	raw, ok := jsonx.Member(head, "usage")
 	if !ok {
 		return providers.Usage{}, false
 	}

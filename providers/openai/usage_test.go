@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate/providers"
@@ -153,5 +154,18 @@ func TestOutputWithoutUsageAsTheScan(t *testing.T) {
 		if keepFast != keepScan || fast != scan {
 			t.Fatalf("%s: kept %v, %+v; the scan: kept %v, %+v", c, keepFast, fast.Usage, keepScan, scan.Usage)
 		}
+	}
+}
+
+// An answer passed through is read for its usage only when its start
+// kept is a whole object: cut after an element's usage, it has none.
+func TestHeadUsageOfACutAnswer(t *testing.T) {
+	whole := `{"object":"list","data":[{"id":"a"},{"id":"b","usage":{"prompt_tokens":1}}],"usage":{"prompt_tokens":5,"completion_tokens":2}}`
+	if u, ok := headUsage([]byte(whole)); !ok || u.InputTokens != 5 {
+		t.Fatalf("whole answer: %+v %v", u, ok)
+	}
+	cut := whole[:strings.Index(whole, `}}]`)+2]
+	if u, ok := headUsage([]byte(cut)); ok {
+		t.Fatalf("an answer cut at %q read as using %+v", cut[len(cut)-20:], u)
 	}
 }

@@ -125,6 +125,11 @@ func (rd *Reader) Next() (Event, error) {
 			return Event{}, ErrTooLong
 		}
 		if rd.err != nil {
+			// The stream is over: what the relay holds is written now, so
+			// that its failure is seen before the relay ends.
+			if rd.sw != nil {
+				rd.sw.flushPending()
+			}
 			return rd.end()
 		}
 		rd.fill()
@@ -166,7 +171,7 @@ func (rd *Reader) end() (Event, error) {
 
 // Buffered returns the bytes rd has read and not returned, as they
 // arrived: whole events, and perhaps the start of one. They are valid
-// until rd's next Next, Take or Close. A relay that can tell a run of
+// until rd's next Next, Fill, Take or Close. A relay that can tell a run of
 // whole events at their start needs no look, one by one, passes it on
 // with Take.
 func (rd *Reader) Buffered() []byte { return rd.buf[rd.r:rd.w] }
@@ -271,12 +276,15 @@ func (rd *Reader) gather(b []byte) (Event, int, bool) {
 				g.start = g.next // stray blank line or comment-only event
 				continue
 			}
-			ev := Event{Name: g.name, Raw: b[g.start:g.next]}
+			// Slices no longer than they are: an append to one copies
+			// rather than write over the events after it.
+			ev := Event{Name: g.name, Raw: b[g.start:g.next:g.next]}
 			switch {
 			case g.joined:
-				ev.Data = rd.data
+				ev.Data = rd.data[:len(rd.data):len(rd.data)]
 			case g.hasData:
-				ev.Data = b[g.data0[0] : g.data0[0]+g.data0[1]]
+				end := g.data0[0] + g.data0[1]
+				ev.Data = b[g.data0[0]:end:end]
 			}
 			n := g.next
 			*g = gathering{}

@@ -207,9 +207,12 @@ func (o *Orchestrator) resolve(req Request) (providers.Route, error) {
 // Route is the resolution the admission goes through.
 func (a *Admission) Route() providers.Route { return a.route }
 
-// clock is the admission's instant: the store's clock for a request (the
-// instant it began, until it first waits or is answered: microseconds
-// before), the instant a dry run has reached (its waits move it on).
+// clock is the admission's instant: the clock for a request (the instant
+// it began, until it first waits or is answered: microseconds before on
+// an embedded store, before the pass's reads of cooldowns and its charge
+// on DynamoDB, each bounded by StoreTimeout, as an instant read before a
+// store call always is), the instant a dry run has reached (its waits
+// move it on).
 func (a *Admission) clock() time.Time {
 	if a.dry || a.fresh {
 		return a.now

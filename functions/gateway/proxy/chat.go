@@ -100,9 +100,11 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The fast parse takes no body with a member named ours but for case
-	// (foldsTo): only one it leaves to the decoder may need refusing.
+	// (foldsTo): only one it leaves to the decoder may need refusing, at
+	// the top or in a message or a content part, all of which the decoder
+	// reads ignoring case.
 	req, fast := parseChat(body, valid)
-	if !fast && refuseFolded(w, proto, body, "", chatKeys...) {
+	if !fast && (refuseFolded(w, proto, body, "", chatKeys...) || refuseFoldedMessages(w, proto, body)) {
 		return
 	}
 	if !fast {
@@ -155,6 +157,43 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// refuseFoldedMessages is refuseFolded for each message of a chat body
+// and each part of a message's content: a member named as one the
+// gateway reads but for case ("CONTENT") would be read by the decoder in
+// its place, and the upstream, reading names exactly, would send the
+// other. It reports whether it answered.
+func refuseFoldedMessages(w http.ResponseWriter, proto providers.Protocol, body []byte) bool {
+	msgs, ok := jsonx.Member(body, "messages")
+	if !ok {
+		return false
+	}
+	answered := false
+	i := 0
+	_ = jsonx.Elements(msgs, func(m []byte) bool {
+		at := "messages[" + strconv.Itoa(i) + "]."
+		i++
+		if m[0] != '{' {
+			return true
+		}
+		if answered = refuseFolded(w, proto, m, at, messageKeys...); answered {
+			return false
+		}
+		parts, ok := jsonx.Member(m, "content")
+		if !ok || parts[0] != '[' {
+			return true
+		}
+		j := 0
+		_ = jsonx.Elements(parts, func(p []byte) bool {
+			pat := at + "content[" + strconv.Itoa(j) + "]."
+			j++
+			answered = p[0] == '{' && refuseFolded(w, proto, p, pat, "type", "text")
+			return !answered
+		})
+		return !answered
+	})
+	return answered
+}
+
 // badJSON answers a body that is not the JSON the route expects.
 func badJSON(w http.ResponseWriter, proto providers.Protocol, err error) {
 	msg := "invalid JSON body: " + err.Error()
@@ -196,7 +235,10 @@ func parseChat(body []byte, valid bool) (chatRequest, bool) {
 		v := body[start:end]
 		switch string(key) {
 		case `"model"`:
+			// A string of its own: the model is kept (a target, a key of
+			// the latencies kept), the body's copy must not be with it.
 			nums.model, plain = text.plainString(v)
+			nums.model = strings.Clone(nums.model)
 			req.Model = &nums.model
 		case `"messages"`:
 			if v[0] != '[' {

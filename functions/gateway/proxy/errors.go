@@ -148,18 +148,21 @@ var rateHeaders = [2][3]string{
 	{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"},
 }
 
-// decisionHeaders are the headers a decision, or a forward, writes: what
-// an earlier attempt at another target wrote is cleared before the next
-// writes its own (clearDecisionHeaders).
-var decisionHeaders = [...]string{
+// decisionHeaders are the headers a decision writes: what an earlier
+// attempt at another target wrote is cleared before the next decision's
+// (clearHeaders).
+var decisionHeaders = []string{
 	rateHeaders[0][0], rateHeaders[0][1], rateHeaders[0][2],
 	rateHeaders[1][0], rateHeaders[1][1], rateHeaders[1][2],
-	headerBudgetLeft, headerBudgetReset, headerShadowRefusal, HeaderDowngradedFrom, HeaderMigration,
+	headerBudgetLeft, headerBudgetReset, headerShadowRefusal,
 }
 
-// clearDecisionHeaders deletes the decisionHeaders from h.
-func clearDecisionHeaders(h http.Header) {
-	for _, name := range decisionHeaders {
+// forwardHeaders are the decisionHeaders and those a forward writes.
+var forwardHeaders = append(decisionHeaders[:len(decisionHeaders):len(decisionHeaders)], HeaderDowngradedFrom, HeaderMigration)
+
+// clearHeaders deletes the headers names from h.
+func clearHeaders(h http.Header, names []string) {
+	for _, name := range names {
 		delete(h, name) // canonical: no Del's canonicalising
 	}
 }
@@ -217,7 +220,7 @@ func writeRefusal(w http.ResponseWriter, proto providers.Protocol, d limiter.Dec
 // refusalError is the error of a rule's refusal, its headers set on h.
 func refusalError(h http.Header, d limiter.Decision) (apiError, time.Duration) {
 	r := d.Refused
-	clearDecisionHeaders(h)
+	clearHeaders(h, decisionHeaders)
 	setRateHeaders(h, d)
 	setPolicyHeaders(h, d)
 	h.Set(headerDecision, DecisionLocalReject)

@@ -429,12 +429,14 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, proto provide
 }
 
 // readAll is io.ReadAll into a buffer of the size a body declares (one
-// byte more, to read its end without growing), when it declares one.
+// byte more, to read its end without growing), when it declares one, up
+// to maxPrealloc: a client that declares megabytes and sends nothing
+// holds no more than that.
 func readAll(r io.Reader, declared int64) ([]byte, error) {
 	if declared <= 0 {
 		return io.ReadAll(r)
 	}
-	b := make([]byte, 0, declared+1)
+	b := make([]byte, 0, min(declared+1, maxPrealloc))
 	for {
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
@@ -449,6 +451,10 @@ func readAll(r io.Reader, declared int64) ([]byte, error) {
 		}
 	}
 }
+
+// maxPrealloc bounds what readAll sets aside for a body before it
+// arrives; a longer one grows as it comes.
+const maxPrealloc = 64 << 10
 
 // firstValue is h.Get(name) for a name written canonically, without
 // canonicalizing it again.

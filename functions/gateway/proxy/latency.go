@@ -59,7 +59,8 @@ func (l *latencies) record(key latencyKey, at time.Time, d time.Duration) {
 			return // model ids are the client's to choose: bounded
 		}
 		r = &latencyRing{}
-		l.rings[key] = r
+		// The key's own strings: a model may be a slice of a larger one.
+		l.rings[latencyKey{strings.Clone(key.provider), strings.Clone(key.model)}] = r
 	}
 	r.samples[r.next] = latencySample{at, d}
 	r.next = (r.next + 1) % latencySamples

@@ -31,6 +31,11 @@ func TestBodiesReadAsTheUpstreamReadsThem(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"STREAM":false}`, "case-sensitive"},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5000,"max_tokens":1}`, `"max_tokens" is given twice`},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi","content":"x"}]}`, "messages[0].content"},
+		// Names the decoder reads ignoring case, in a message and in a
+		// content part: the upstream would send the long text, the
+		// gateway count the empty one.
+		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"a long text","CONTENT":""}]}`, `"messages[0].CONTENT" is not "messages[0].content"`},
+		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"text","text":"long","Text":""}]}]}`, `"messages[1].content[0].Text" is not "messages[1].content[0].text"`},
 		{"/v1/responses", `{"model":"gpt-4o","input":"hi","Max_Output_Tokens":1}`, "case-sensitive"},
 		{"/v1/messages", `{"model":"claude-sonnet-4","max_tokens":1,"MAX_TOKENS":9000,"messages":[{"role":"user","content":"hi"}]}`, "case-sensitive"},
 		{"/v1beta/models/gemini-2.5-flash:generateContent", `{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"MaxOutputTokens":1}}`, "generationConfig.maxOutputTokens"},

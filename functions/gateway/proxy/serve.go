@@ -91,7 +91,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		switch st.Kind {
 		case admission.Forward:
 			if forwarded {
-				clearDecisionHeaders(w.Header()) // the earlier attempt's
+				clearHeaders(w.Header(), forwardHeaders) // the earlier attempt's
 			}
 			forwarded = true
 			if st.DowngradedFrom != "" {
@@ -296,7 +296,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, ex *exchange, 
 		h.lat.record(model, start, end.Sub(start))
 		h.lat.record(provider, start, end.Sub(start))
 	}
-	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, end.Sub(start))
+	h.logFinished(r.Context(), reqID, ex, t, res.Status, perr, used, clientGone, h.cfg.Now().Sub(start))
 	switch {
 	case cut && !tw.wrote:
 		return res.Limits, errAnswered
@@ -470,7 +470,7 @@ func (h *Handler) renewWhileRunning(ctx context.Context, lease *limiter.Lease, r
 	}
 	// A timer, not a goroutine: most requests end before the first
 	// renewal is due, and cost one timer, kept with its renewal for the
-	// next request when it never fired.
+	// next request when it was stopped before it fired.
 	r := renewals.Get().(*renewal)
 	r.mu.Lock()
 	r.h, r.ctx, r.lease, r.reqID, r.every, r.stopped = h, ctx, lease, reqID, h.cfg.Limiter.LeaseTTL()/3, false
@@ -484,7 +484,8 @@ func (h *Handler) renewWhileRunning(ctx context.Context, lease *limiter.Lease, r
 }
 
 // renewals keeps the renewals whose timers were stopped before they
-// fired, and so will never run their function again until reset.
+// fired (Stop reported true), and so will not run their function again
+// until reset.
 var renewals = sync.Pool{New: func() any { return new(renewal) }}
 
 // renewal renews one running request's lease on a timer.
@@ -519,18 +520,18 @@ func (r *renewal) renew() {
 }
 
 // stop ends the renewals, waiting for one under way. A renewal whose
-// timer never fired goes back to renewals: its function cannot run again
-// until the next request resets it.
+// timer it stops before it fires goes back to renewals: its function
+// cannot run again until the next request resets it.
 func (r *renewal) stop() {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
 	r.stopped = true
-	never := r.t.Stop()
+	stopped := r.t.Stop()
 	r.h, r.ctx, r.lease = nil, nil, nil
 	r.mu.Unlock()
-	if never {
+	if stopped {
 		renewals.Put(r)
 	}
 }
