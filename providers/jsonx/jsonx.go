@@ -212,27 +212,21 @@ func FieldsFrom(obj []byte, i int, fn func(key []byte, start, end int) bool) err
 
 // Member returns the raw value of the member key of the object obj (the
 // last, if it appears more than once, as a decoder would take it).
-func Member(obj []byte, key string) ([]byte, bool) {
-	var v []byte
-	found := false
-	err := Fields(obj, func(k []byte, start, end int) bool {
-		if keyEquals(k, key) {
-			v, found = obj[start:end], true
-		}
-		return true
-	})
-	return v, found && err == nil
-}
+func Member(obj []byte, key string) ([]byte, bool) { return member(obj, key, false) }
 
 // FirstMember is Member for an object that gives each member once
 // (Check): the scan stops at the first member named key.
-func FirstMember(obj []byte, key string) ([]byte, bool) {
+func FirstMember(obj []byte, key string) ([]byte, bool) { return member(obj, key, true) }
+
+// member finds the member key of obj: the last, or the first when first
+// is set.
+func member(obj []byte, key string, first bool) ([]byte, bool) {
 	var v []byte
 	found := false
 	err := Fields(obj, func(k []byte, start, end int) bool {
 		if keyEquals(k, key) {
 			v, found = obj[start:end], true
-			return false
+			return !first
 		}
 		return true
 	})
