@@ -138,19 +138,26 @@ func chatStream(ev sse.Event, res *providers.Result, clientWantsUsage bool, seen
 	if bytes.Equal(ev.Data, []byte("[DONE]")) {
 		return true
 	}
-	// Looked at from where the members the stream's chunks share end
-	// (chunkStart), learnt from the first.
-	from := seen.in(ev.Data)
-	if from == 0 {
-		from = seen.learn(ev.Data)
-	}
-	if output, known := outputWithoutUsage(ev.Data[from:]); known {
-		if output && !res.Usage.Reported {
-			res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
-		}
+	if countWithoutUsage(ev.Data, res, seen) {
 		return true
 	}
 	return chatStreamScan(ev, res, clientWantsUsage, seen)
+}
+
+// countWithoutUsage counts in res the output of a chunk with no usage
+// when outputWithoutUsage can tell it, looked at from where the members
+// the stream's chunks share end (chunkStart, learnt from the first), and
+// reports whether it could.
+func countWithoutUsage(data []byte, res *providers.Result, seen *chunkStart) bool {
+	from := seen.in(data)
+	if from == 0 {
+		from = seen.learn(data)
+	}
+	output, known := outputWithoutUsage(data[from:])
+	if output && !res.Usage.Reported {
+		res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
+	}
+	return known
 }
 
 // outputWithoutUsage tells, without a scan of its structure, whether a
@@ -205,8 +212,7 @@ var (
 // (what a relay has read and not returned) that need no look one by one,
 // and counts their output in res as chatStream would: each a "data: "
 // line and a blank line, as OpenAI writes them, of [DONE] or of a chunk
-// outputWithoutUsage tells the output of, looked at from where the
-// members its stream's chunks share end (seen) (TestPlainChunksAsEventByEvent
+// whose output countWithoutUsage can tell (TestPlainChunksAsEventByEvent
 // holds a relay that passes such runs on as they arrived to one that
 // reads every event).
 func plainChunks(b []byte, res *providers.Result, seen *chunkStart) int {
@@ -220,18 +226,8 @@ func plainChunks(b []byte, res *providers.Result, seen *chunkStart) int {
 		if nl < 0 || nl+1 >= len(rest) || rest[nl+1] != '\n' {
 			return n
 		}
-		if data := rest[len(dataField):nl]; string(data) != "[DONE]" {
-			from := seen.in(data)
-			if from == 0 {
-				from = seen.learn(data)
-			}
-			output, known := outputWithoutUsage(data[from:])
-			if !known {
-				return n
-			}
-			if output && !res.Usage.Reported {
-				res.Usage.OutputTokens++ // about one token a chunk, until the real count arrives
-			}
+		if data := rest[len(dataField):nl]; string(data) != "[DONE]" && !countWithoutUsage(data, res, seen) {
+			return n
 		}
 		n += nl + 2
 	}
