@@ -310,7 +310,7 @@ func (a *App) gatewayConfig(catalog *providers.Catalog) proxy.Config {
 		pc.Observer = a.stats
 	}
 	if a.Config.RateLimitsEnabled {
-		pc.Refresh = a.Watcher.Refresh
+		pc.Refresh = a.Watcher
 		pc.Pauses = a.Watcher.Pauses
 		pc.ManagedDowngrades = managedDowngrades(a.Watcher)
 	}

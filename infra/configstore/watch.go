@@ -149,7 +149,7 @@ func NewWatcher(src Source, config []limiter.Rule, l *limiter.Limiter, interval 
 // force. A failure keeps the rules in force and is retried next interval.
 func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	w.mu.Lock()
-	if w.checking || (w.loaded && now.Sub(w.checked) < w.interval && !now.Before(w.checked)) {
+	if !w.due(now) {
 		w.mu.Unlock()
 		return
 	}
@@ -175,6 +175,20 @@ func (w *Watcher) Refresh(ctx context.Context, now time.Time) {
 	if err != nil {
 		w.log.Error("could not refresh the rules; keeping those in force", "err", err)
 	}
+}
+
+// Due reports whether Refresh at now would read the store: nothing is
+// loaded, or Interval has passed since the last look (or the clock went
+// back before it), and no other request is looking.
+func (w *Watcher) Due(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.due(now)
+}
+
+// due is Due with w.mu held.
+func (w *Watcher) due(now time.Time) bool {
+	return !w.checking && !(w.loaded && now.Sub(w.checked) < w.interval && !now.Before(w.checked))
 }
 
 // Current returns the store's snapshot as the rules in force were loaded

@@ -29,6 +29,15 @@ import (
 	"github.com/tollgate/tollgate/providers/pricing"
 )
 
+// Refresher keeps the rules and pauses admission reads in step with the
+// store. Due tells, without reading the store, whether Refresh at now
+// would read it; only then does admission call Refresh, within the store
+// deadline, so that a request between two refreshes costs no deadline.
+type Refresher interface {
+	Due(now time.Time) bool
+	Refresh(ctx context.Context, now time.Time)
+}
+
 // Config configures an Orchestrator.
 type Config struct {
 	Limiter *limiter.Limiter
@@ -36,9 +45,9 @@ type Config struct {
 	// Prices price each target's tokens for budgets; nil uses the
 	// built-in table alone.
 	Prices *pricing.Table
-	// Refresh, when set, is called before each admission with its instant,
-	// to bring the rules and pauses up to date (see configstore.Watcher).
-	Refresh func(ctx context.Context, now time.Time)
+	// Refresh, when set, brings the rules and pauses up to date before
+	// each admission (see configstore.Watcher).
+	Refresh Refresher
 	// Pauses, when set, returns the pauses in force: requests they match
 	// are refused with the pause's reason, a paused provider or model
 	// routed around.

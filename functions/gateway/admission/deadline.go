@@ -100,13 +100,18 @@ func (o *Orchestrator) StoreContext(ctx context.Context) (context.Context, conte
 }
 
 // Refresh brings the rules and pauses up to date within the store
-// deadline (Config.Refresh); a refresh that fails keeps those in force.
+// deadline (Config.Refresh) when a refresh is due; a refresh that fails
+// keeps those in force.
 func (o *Orchestrator) Refresh(ctx context.Context) {
 	if o.cfg.Refresh == nil {
 		return
 	}
+	now := o.cfg.Now()
+	if !o.cfg.Refresh.Due(now) {
+		return
+	}
 	_ = o.StoreCall(ctx, func(ctx context.Context) error {
-		o.cfg.Refresh(ctx, o.cfg.Now()) // logs its own failure
+		o.cfg.Refresh.Refresh(ctx, now) // logs its own failure
 		return ctx.Err()
 	})
 }

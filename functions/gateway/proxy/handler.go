@@ -45,9 +45,9 @@ type Config struct {
 	// Batches records who submitted each batch, for the reconciler to
 	// charge what it used once it ends; nil records nothing.
 	Batches BatchRecorder
-	// Refresh, when set, is called before each admission with the request's
-	// instant, to bring the rules up to date (see configstore.Watcher).
-	Refresh func(ctx context.Context, now time.Time)
+	// Refresh, when set, brings the rules and pauses up to date before
+	// each admission (see configstore.Watcher).
+	Refresh admission.Refresher
 	// Cooldowns, when set, shares upstream cooldowns across instances;
 	// CooldownCache is how long this instance trusts what it read (1 s);
 	// DefaultCooldown is the cooldown of a 429 that says nothing of when to
