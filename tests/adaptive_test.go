@@ -19,7 +19,7 @@ import (
 // and after is logged (and quoted in
 // docs/design/shaping.md).
 func TestReservationsLearn(t *testing.T) {
-	t.Parallel() // waits in real time on its own tables, upstream and instance; see docs/testing.md
+	t.Parallel() // waits in real time for its own stream records; see docs/testing.md
 	prefix := dynamotest.Prefix(t)
 	t0 := time.Now().Truncate(time.Hour).Add(time.Hour)
 	in := newInstance(t, prefix, t0, config.Env{"TOLLGATE_CONFIG": writeConfig(t, `

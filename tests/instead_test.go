@@ -367,7 +367,6 @@ func TestStreamsEndAtTheirDuration(t *testing.T) {
 // the rule's max_stream_duration ends the first, and then another stream
 // goes.
 func TestMaxStreamsCountsStreamsOnly(t *testing.T) {
-	t.Parallel() // waits in real time on its own tables, upstream and instance; see docs/testing.md
 	up := slowStreams(t)
 	in := newInstance(t, dynamotest.Prefix(t), time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 		config.Env{"OPENAI_API_KEY": "k", "TOLLGATE_CONFIG": writeConfig(t, strings.ReplaceAll(streamsConfig, "UPSTREAM", up.URL))})

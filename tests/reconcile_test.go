@@ -164,7 +164,6 @@ func checkCounters(t testing.TB, got, want map[string]int64) {
 }
 
 func TestReconcileExactlyOnce(t *testing.T) {
-	t.Parallel() // waits in real time on its own tables, upstream and instance; see docs/testing.md
 	f := newReconcileFixture(t, tokenRules...)
 	now := time.Now().Truncate(time.Hour).Add(5 * time.Second)
 	clock := func() time.Time { return now }
