@@ -220,9 +220,9 @@ func (v *limitValues) read(h http.Header) {
 	}
 }
 
-// header is h.Get(name) for a name written canonically, without
+// HeaderValue is h.Get(name) for a name written canonically, without
 // canonicalizing it again.
-func header(h http.Header, name string) string {
+func HeaderValue(h http.Header, name string) string {
 	if vs := h[name]; len(vs) > 0 {
 		return vs[0]
 	}
@@ -335,7 +335,7 @@ func newRequest(ctx context.Context, method, raw string, parsed *url.URL, body [
 			req.Header[k] = vs[:1:1]
 		}
 	}
-	if body != nil && header(req.Header, "Content-Type") == "" {
+	if body != nil && HeaderValue(req.Header, "Content-Type") == "" {
 		req.Header["Content-Type"] = jsonContentType
 	}
 	return req, nil

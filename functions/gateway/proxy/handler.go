@@ -355,7 +355,7 @@ func (h *Handler) unknownRoute(w http.ResponseWriter, r *http.Request) {
 // in the same pass as the duplicates): a route that is given one that is
 // not decodes it, for the decoder's own word on what is wrong.
 func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, proto providers.Protocol) (body []byte, valid, ok bool) {
-	if ct := firstValue(r.Header, "Content-Type"); ct != "application/json" {
+	if ct := providers.HeaderValue(r.Header, "Content-Type"); ct != "application/json" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			msg := "unsupported Content-Type " + ct + ": send application/json"
 			if ct == "" {
@@ -455,12 +455,3 @@ func readAll(r io.Reader, declared int64) ([]byte, error) {
 // maxPrealloc bounds what readAll sets aside for a body before it
 // arrives; a longer one grows as it comes.
 const maxPrealloc = 64 << 10
-
-// firstValue is h.Get(name) for a name written canonically, without
-// canonicalizing it again.
-func firstValue(h http.Header, name string) string {
-	if vs := h[name]; len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
-}
