@@ -461,14 +461,40 @@ func WithModel(body []byte, model string, once bool, set ...jsonx.KV) ([]byte, e
 		if once {
 			member = jsonx.FirstMember
 		}
-		if v, ok := member(body, "model"); !ok || string(v) != strconv.Quote(model) || !plainASCII(model) {
-			set = append([]jsonx.KV{{Key: "model", Value: quote(model)}}, set...)
+		if v, ok := member(body, "model"); !ok || !isQuoted(v, model) {
+			return withMembers(body, jsonx.KV{Key: "model", Value: quote(model)}, set)
 		}
 	}
 	if len(set) == 0 {
 		return body, nil // nothing to change
 	}
 	return jsonx.Set(body, set...)
+}
+
+// withMembers is body with first and then set's members set, in one pass
+// for a few. Nothing of set is kept, so that an Edit in it (and what it
+// holds) can stay on its caller's stack.
+func withMembers(body []byte, first jsonx.KV, set []jsonx.KV) ([]byte, error) {
+	var all [4]jsonx.KV
+	if len(set) < len(all) {
+		all[0] = first
+		for i := range set { // not copy: escape analysis takes what copy copies as kept
+			all[i+1] = set[i]
+		}
+		return jsonx.Set(body, all[:len(set)+1]...)
+	}
+	body, err := jsonx.Set(body, first)
+	if err != nil {
+		return nil, err
+	}
+	return jsonx.Set(body, set...)
+}
+
+// isQuoted reports whether v is s as a JSON string written plainly: s
+// between quotes, nothing in s that either quoting would escape (what
+// strconv.Quote(s) is when plainASCII(s), without making it).
+func isQuoted(v []byte, s string) bool {
+	return len(v) == len(s)+2 && v[0] == '"' && v[len(v)-1] == '"' && string(v[1:len(v)-1]) == s && plainASCII(s)
 }
 
 // quote is s as a JSON string.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/tollgate/tollgate/providers/jsonx"
 )
 
 // ReadAnswer reads a body of the declared length into one buffer, and
@@ -107,5 +109,46 @@ func TestURLCache(t *testing.T) {
 	}
 	if _, err := c.Parse("http://[::1", ""); err == nil {
 		t.Fatal("a bad URL parsed")
+	}
+}
+
+// WithModel leaves a body alone exactly when its model is the target's
+// as strconv.Quote writes it and JSON reads it the same (isQuoted, which
+// makes no string to compare).
+func TestIsQuotedIsQuoteCompared(t *testing.T) {
+	models := []string{"", "gpt-4o", "a\"b", `a\b`, "é", "\x7f", "tab\t", "<&>", "claude-3-5-sonnet@20240620", "a/b:c"}
+	for _, s := range models {
+		for _, v := range []string{strconv.Quote(s), `"` + s + `"`, s, `"` + s, `"` + s + `" `, `"x` + s + `"`} {
+			want := v == strconv.Quote(s) && plainASCII(s)
+			if got := isQuoted([]byte(v), s); got != want {
+				t.Errorf("isQuoted(%q, %q) = %v, want %v", v, s, got, want)
+			}
+		}
+	}
+	for _, c := range []struct{ body, model, want string }{
+		{`{"model":"gpt-4o","n":1}`, "gpt-4o", `{"model":"gpt-4o","n":1}`},
+		{`{"model":"gpt-4","n":1}`, "gpt-4o", `{"model":"gpt-4o","n":1}`},
+		{`{"model":"gpt\u002d4o"}`, "gpt-4o", `{"model":"gpt-4o"}`},
+		{`{"n":1}`, "é", `{"n":1,"model":"é"}`},
+	} {
+		got, err := WithModel([]byte(c.body), c.model, false)
+		if err != nil || string(got) != c.want {
+			t.Errorf("WithModel(%s, %q) = %s, %v; want %s", c.body, c.model, got, err, c.want)
+		}
+	}
+}
+
+// The model and the other members are set as one Set of them all would
+// set them, however many there are.
+func TestWithModelAndMembers(t *testing.T) {
+	kv := func(k, v string) jsonx.KV { return jsonx.KV{Key: k, Value: []byte(v)} }
+	body := []byte(`{"b":0,"model":"x","d":0}`)
+	for n := range 6 {
+		set := []jsonx.KV{kv("a", "1"), kv("b", "2"), kv("c", "3"), kv("d", "4"), kv("e", "5")}[:n]
+		want, _ := jsonx.Set(body, append([]jsonx.KV{kv("model", `"m"`)}, set...)...)
+		got, err := WithModel(body, "m", false, set...)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%d members: %s, %v; want %s", n, got, err, want)
+		}
 	}
 }

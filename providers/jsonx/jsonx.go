@@ -271,24 +271,37 @@ func Elements(arr []byte, fn func(elem []byte) bool) error {
 type KV struct {
 	Key   string
 	Value []byte
+	// Edit, when set, gives the value in place of Value from the one the
+	// member has (nil where the object has none), in the same pass: it is
+	// called for each occurrence, the last the one a decoder keeps, or
+	// once for a member added.
+	Edit func(old []byte) []byte
+}
+
+// value is the value kv sets where the member's is old.
+func (kv *KV) value(old []byte) []byte {
+	if kv.Edit != nil {
+		return kv.Edit(old)
+	}
+	return kv.Value
 }
 
 // Set returns obj with each member in set given its value: replaced where
 // the key is (every occurrence), added at the end where it is not. The
 // rest of obj is kept byte for byte.
 func Set(obj []byte, set ...KV) ([]byte, error) {
-	type span struct {
-		start, end int
-		value      []byte
-	}
+	// A span is a member's value and which of set replaces it: the new
+	// value is made as the output is written, so that nothing of set is
+	// kept (an Edit and what it holds stay the caller's).
+	type span struct{ start, end, kv int }
 	var spans []span
 	seen := make([]bool, len(set))
 	members := 0
 	err := Fields(obj, func(k []byte, start, end int) bool {
 		members++
-		for j, kv := range set {
-			if keyEquals(k, kv.Key) {
-				spans = append(spans, span{start, end, kv.Value})
+		for j := range set {
+			if keyEquals(k, set[j].Key) {
+				spans = append(spans, span{start, end, j})
 				seen[j] = true
 			}
 		}
@@ -302,12 +315,12 @@ func Set(obj []byte, set ...KV) ([]byte, error) {
 	at := 0
 	for _, sp := range spans {
 		out = append(out, obj[at:sp.start]...)
-		out = append(out, sp.value...)
+		out = append(out, set[sp.kv].value(obj[sp.start:sp.end])...)
 		at = sp.end
 	}
 	out = append(out, obj[at:closing]...)
 	empty := members == 0
-	for j, kv := range set {
+	for j := range set {
 		if seen[j] {
 			continue
 		}
@@ -315,9 +328,9 @@ func Set(obj []byte, set ...KV) ([]byte, error) {
 			out = append(out, ',')
 		}
 		empty = false
-		out = appendKey(out, kv.Key)
+		out = appendKey(out, set[j].Key)
 		out = append(out, ':')
-		out = append(out, kv.Value...)
+		out = append(out, set[j].value(nil)...)
 	}
 	return append(out, obj[closing:]...), nil
 }
@@ -327,7 +340,9 @@ func Set(obj []byte, set ...KV) ([]byte, error) {
 func appendKey(out []byte, key string) []byte {
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(key)
+			// A copy goes to the encoder: key itself is not kept (nor,
+			// so, the KV it came from; see Set).
+			b, _ := json.Marshal(strings.Clone(key))
 			return append(out, b...)
 		}
 	}

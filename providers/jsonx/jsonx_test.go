@@ -35,7 +35,7 @@ func TestSet(t *testing.T) {
 		{` { } `, ` { "model":"b","n":2} `},
 		{`{"n":1,"model":"a","n":3}`, `{"n":2,"model":"b","n":2}`},
 	} {
-		got, err := Set([]byte(c.in), KV{"model", []byte(`"b"`)}, KV{"n", []byte(`2`)})
+		got, err := Set([]byte(c.in), KV{Key: "model", Value: []byte(`"b"`)}, KV{Key: "n", Value: []byte(`2`)})
 		if err != nil || string(got) != c.want {
 			t.Errorf("Set(%s) = %s, %v; want %s", c.in, got, err, c.want)
 		}
@@ -44,8 +44,33 @@ func TestSet(t *testing.T) {
 			t.Errorf("Set(%s) is not the JSON wanted", c.in)
 		}
 	}
-	if _, err := Set([]byte(`not json`), KV{"a", []byte(`1`)}); err == nil {
+	if _, err := Set([]byte(`not json`), KV{Key: "a", Value: []byte(`1`)}); err == nil {
 		t.Fatal("Set on a non-object")
+	}
+}
+
+// An Edit sees each occurrence's value in order (the last the one a
+// decoder keeps) and nil for a member the object lacks, and its result is
+// what is set.
+func TestSetEdit(t *testing.T) {
+	for _, c := range []struct{ in, want, saw string }{
+		{`{"a":1,"o":{"x":1}}`, `{"a":1,"o":[{"x":1}]}`, `{"x":1};`},
+		{`{"o":1,"a":2,"o":[3]}`, `{"o":[1],"a":2,"o":[[3]]}`, `1;[3];`},
+		{`{"a":1}`, `{"a":1,"o":[]}`, `<nil>;`},
+		{`{}`, `{"o":[]}`, `<nil>;`},
+	} {
+		var saw strings.Builder
+		got, err := Set([]byte(c.in), KV{Key: "o", Edit: func(old []byte) []byte {
+			if old == nil {
+				saw.WriteString("<nil>;")
+				return []byte(`[]`)
+			}
+			saw.WriteString(string(old) + ";")
+			return []byte("[" + string(old) + "]")
+		}})
+		if err != nil || string(got) != c.want || saw.String() != c.saw {
+			t.Errorf("Set(%s) = %s, %v, saw %s; want %s, saw %s", c.in, got, err, saw.String(), c.want, c.saw)
+		}
 	}
 }
 
@@ -74,7 +99,7 @@ func FuzzScan(f *testing.F) {
 			if has != ok || (ok && !json.Valid(v)) {
 				t.Fatalf("%q: member %q %v, decoder %q %v", b, v, ok, want, has)
 			}
-			out, err := Set(b, KV{"model", []byte(`"m"`)})
+			out, err := Set(b, KV{Key: "model", Value: []byte(`"m"`)})
 			var got map[string]json.RawMessage
 			if err != nil || json.Unmarshal(out, &got) != nil || string(got["model"]) != `"m"` || len(got) != len(obj)+map[bool]int{true: 0, false: 1}[obj["model"] != nil] {
 				t.Fatalf("Set(%q) = %q, %v", b, out, err)

@@ -188,31 +188,47 @@ func (p *Provider) chat(ctx context.Context, w http.ResponseWriter, r *providers
 	if !r.Stream {
 		return p.send(ctx, w, r, "/chat/completions", nil, chatUsage, nil)
 	}
-	so, clientWantsUsage := withUsage(r.Body)
-	var seen chunkStart
-	return p.send(ctx, w, r, "/chat/completions", []jsonx.KV{{Key: "stream_options", Value: so}}, chatUsage, &streamSight{
+	// What the client asked of stream_options is read as the member is
+	// set, in the one pass over the body that sets it; kept beside what
+	// the relay learns of the chunks (one variable, not two).
+	var st struct {
+		seen             chunkStart
+		clientWantsUsage bool
+	}
+	usage := jsonx.KV{Key: "stream_options", Edit: func(so []byte) []byte {
+		so, st.clientWantsUsage = withUsage(so)
+		return so
+	}}
+	return p.send(ctx, w, r, "/chat/completions", []jsonx.KV{usage}, chatUsage, &streamSight{
 		keep: func(ev sse.Event, res *providers.Result) bool {
-			return chatStream(ev, res, clientWantsUsage, &seen)
+			return chatStream(ev, res, st.clientWantsUsage, &st.seen)
 		},
 		run: func(b []byte, res *providers.Result) int {
-			return plainChunks(b, res, &seen)
+			return plainChunks(b, res, &st.seen)
 		},
 	})
 }
 
-// withUsage returns the request's stream_options with include_usage set,
-// its other members kept byte for byte (an absent or malformed one is
-// replaced), and whether the client asked for usage itself.
-func withUsage(body []byte) (json.RawMessage, bool) {
-	so, ok := jsonx.Member(body, "stream_options")
-	if ok {
-		if set, err := jsonx.Set(so, jsonx.KV{Key: "include_usage", Value: []byte("true")}); err == nil {
+// withUsage returns a request's stream_options (so, nil when it has none)
+// with include_usage set, its other members kept byte for byte (an absent
+// or malformed one is replaced), and whether the client asked for usage
+// itself.
+func withUsage(so []byte) ([]byte, bool) {
+	if so != nil {
+		if set, err := jsonx.Set(so, jsonx.KV{Key: "include_usage", Value: jsonTrue}); err == nil {
 			v, _ := jsonx.Member(so, "include_usage")
 			return set, string(v) == "true"
 		}
 	}
-	return json.RawMessage(`{"include_usage":true}`), false
+	return onlyUsage, false
 }
+
+// jsonTrue and onlyUsage are values set in bodies, never written to: Set
+// copies them.
+var (
+	jsonTrue  = []byte("true")
+	onlyUsage = []byte(`{"include_usage":true}`)
+)
 
 // json sends a JSON operation with the model set to the target's.
 func (p *Provider) json(ctx context.Context, w http.ResponseWriter, r *providers.Request, path string,
