@@ -41,7 +41,9 @@ const (
 	OpRealtime                  // POST /v1/realtime/client_secrets, /v1/realtime/sessions: a session's credentials
 )
 
-var opNames = map[Op]string{
+// opNames are the operations' names, indexed by Op (read on every
+// admission: an index, not a map lookup).
+var opNames = [...]string{
 	OpChat: "chat", OpResponses: "responses", OpEmbeddings: "embeddings", OpMessages: "messages",
 	OpAudio: "audio", OpBatches: "batches", OpGenerate: "generate", OpPassthrough: "passthrough",
 	OpCountTokens: "count_tokens", OpRealtime: "realtime",
@@ -50,16 +52,16 @@ var opNames = map[Op]string{
 // ParseOp returns the operation of a route name ("chat", "messages", …).
 func ParseOp(name string) (Op, bool) {
 	for o, n := range opNames {
-		if n == name {
-			return o, true
+		if n != "" && n == name {
+			return Op(o), true
 		}
 	}
 	return 0, false
 }
 
 func (o Op) String() string {
-	if s, ok := opNames[o]; ok {
-		return s
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

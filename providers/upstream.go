@@ -316,17 +316,22 @@ func newRequest(ctx context.Context, method, raw string, parsed *url.URL, body [
 	if method == http.MethodGet || method == http.MethodHead || method == http.MethodDelete {
 		body = nil
 	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, raw, rd)
-	if err != nil {
-		return nil, err
-	}
-	if parsed != nil {
-		parsed.Host = strings.TrimSuffix(parsed.Host, ":") // as NewRequest does
-		req.URL, req.Host = parsed, parsed.Host
+	var req *http.Request
+	if parsed != nil && method == http.MethodPost && ctx != nil {
+		req = newPost(ctx, parsed, body)
+	} else {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		var err error
+		if req, err = http.NewRequestWithContext(ctx, method, raw, rd); err != nil {
+			return nil, err
+		}
+		if parsed != nil {
+			parsed.Host = strings.TrimSuffix(parsed.Host, ":") // as NewRequest does
+			req.URL, req.Host = parsed, parsed.Host
+		}
 	}
 	// Canonical names read and written as they are; the client's value
 	// slices shared (one of each), not copied.
@@ -339,6 +344,29 @@ func newRequest(ctx context.Context, method, raw string, parsed *url.URL, body [
 		req.Header["Content-Type"] = jsonContentType
 	}
 	return req, nil
+}
+
+// newPost is the POST of body to u that http.NewRequestWithContext
+// makes, built without parsing an empty URL to replace it or growing a
+// header map made empty: the request every chat sends (a third less time
+// than through NewRequestWithContext; TestNewPostIsNewRequest).
+func newPost(ctx context.Context, u *url.URL, body []byte) *http.Request {
+	u.Host = strings.TrimSuffix(u.Host, ":") // as NewRequest does
+	r := http.Request{
+		Method: http.MethodPost, URL: u, Host: u.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, 4),
+	}
+	switch {
+	case len(body) > 0:
+		r.ContentLength = int64(len(body))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	case body != nil:
+		r.Body = http.NoBody
+		r.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
+	}
+	return r.WithContext(ctx)
 }
 
 // URLCache keeps the parsed form of up to maxCachedURLs of an adapter's

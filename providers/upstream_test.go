@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -149,6 +151,46 @@ func TestWithModelAndMembers(t *testing.T) {
 		got, err := WithModel(body, "m", false, set...)
 		if err != nil || string(got) != string(want) {
 			t.Errorf("%d members: %s, %v; want %s", n, got, err, want)
+		}
+	}
+}
+
+// newPost makes the request http.NewRequestWithContext makes for a POST:
+// the same fields, a body read whole, and GetBody giving it again (as a
+// transport does to send it once more on a fresh connection).
+func TestNewPostIsNewRequest(t *testing.T) {
+	type key struct{}
+	ctx := context.WithValue(context.Background(), key{}, 1)
+	for _, body := range [][]byte{[]byte(`{"model":"m"}`), {}, nil} {
+		u, _ := url.Parse("http://example.com:/v1/chat/completions?x=1")
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		want, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := newPost(ctx, u, body)
+		if got.Method != want.Method || got.URL.String() != want.URL.String() || got.Host != want.Host || got.Proto != want.Proto ||
+			got.ProtoMajor != want.ProtoMajor || got.ProtoMinor != want.ProtoMinor || got.ContentLength != want.ContentLength ||
+			len(got.Header) != 0 || got.Header == nil || got.Context() != ctx || (got.Body == nil) != (want.Body == nil) ||
+			(got.Body == http.NoBody) != (want.Body == http.NoBody) || (got.GetBody == nil) != (want.GetBody == nil) {
+			t.Fatalf("body %q: newPost %+v\nNewRequest %+v", body, got, want)
+		}
+		if got.Body == nil {
+			continue
+		}
+		for i := range 3 {
+			rc := got.Body
+			if i > 0 {
+				if rc, err = got.GetBody(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if b, err := io.ReadAll(rc); err != nil || !bytes.Equal(b, body) {
+				t.Fatalf("body %q read %d: %q, %v", body, i, b, err)
+			}
 		}
 	}
 }

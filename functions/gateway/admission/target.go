@@ -85,20 +85,21 @@ func burndownOf(t providers.Target) int64 {
 // request id made compact (its first 12 bytes, base64url), so that a
 // slot, which holds its lease's id, costs as little as it can.
 func leaseID(reqID string, pass, target int) string {
-	id := reqID
+	// Written into one array: the lease id is the one string made.
+	var buf [64]byte
+	b := buf[:0]
 	if len(reqID) >= 24 && isHex(reqID) {
-		// Decoded and encoded in arrays of their own: the lease id is the
-		// one string made.
 		var raw [12]byte
-		var compact [16]byte
 		_, _ = hex.Decode(raw[:], []byte(reqID[:24]))
-		base64.RawURLEncoding.Encode(compact[:], raw[:])
-		return string(compact[:]) + "." + strconv.Itoa(pass) + "." + strconv.Itoa(target)
+		b = base64.RawURLEncoding.AppendEncode(b, raw[:])
+	} else {
+		b = append(b, reqID[:min(len(reqID), 40)]...)
 	}
-	if len(id) > 40 {
-		id = id[:40]
-	}
-	return id + "." + strconv.Itoa(pass) + "." + strconv.Itoa(target)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(pass), 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(target), 10)
+	return string(b)
 }
 
 // isHex reports whether s is hex.DecodeString's to decode: pairs of hex
