@@ -179,7 +179,7 @@ func outputWithoutUsage(data []byte) (output, known bool) {
 	empty := true
 	for _, name := range [...][]byte{contentName, refusalName} {
 		for rest := data; ; {
-			i := bytes.Index(rest, name)
+			i := indexName(rest, name)
 			if i < 0 {
 				break
 			}
@@ -193,10 +193,27 @@ func outputWithoutUsage(data []byte) (output, known bool) {
 			}
 		}
 	}
-	if !empty || bytes.Contains(data, toolCallsName) {
+	if !empty || indexName(data, toolCallsName) >= 0 {
 		return false, false
 	}
 	return false, true
+}
+
+// indexName is bytes.Index(b, name) for a name in quotes (`"content"`),
+// looked for from its first letter: a chunk holds a quote at every key
+// and value, the letter far less often, so the search stops at fewer
+// places (TestIndexNameIsIndex).
+func indexName(b, name []byte) int {
+	for at := 0; ; {
+		i := bytes.Index(b[at:], name[1:])
+		if i < 0 {
+			return -1
+		}
+		if j := at + i; j > 0 && b[j-1] == name[0] {
+			return j - 1
+		}
+		at += i + 1
+	}
 }
 
 var (

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,5 +168,27 @@ func TestHeadUsageOfACutAnswer(t *testing.T) {
 	cut := whole[:strings.Index(whole, `}}]`)+2]
 	if u, ok := headUsage([]byte(cut)); ok {
 		t.Fatalf("an answer cut at %q read as using %+v", cut[len(cut)-20:], u)
+	}
+}
+
+// indexName finds what bytes.Index finds, in bytes made of the name's
+// own letters and quotes, where near misses abound.
+func TestIndexNameIsIndex(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, name := range [][]byte{contentName, refusalName, toolCallsName} {
+		alphabet := string(name) + `:{}`
+		for range 20000 {
+			b := make([]byte, r.IntN(3*len(name)))
+			for i := range b {
+				b[i] = alphabet[r.IntN(len(alphabet))]
+			}
+			if r.IntN(4) == 0 {
+				at := r.IntN(len(b) + 1)
+				b = append(b[:at], append(append([]byte{}, name...), b[at:]...)...)
+			}
+			if got, want := indexName(b, name), bytes.Index(b, name); got != want {
+				t.Fatalf("indexName(%q, %q) = %d, want %d", b, name, got, want)
+			}
+		}
 	}
 }
