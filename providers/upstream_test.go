@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,24 +55,60 @@ func TestReadAnswer(t *testing.T) {
 // basic authentication.
 func TestSendFollowsRedirects(t *testing.T) {
 	var got []string
+	var auth []string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		user, pass, _ := r.BasicAuth()
-		got = append(got, r.URL.Path+" "+string(body)+" "+user+":"+pass)
-		if r.URL.Path == "/v1/chat" {
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(body)+" "+user+":"+pass)
+		auth = append(auth, r.Header.Get("Authorization"))
+		switch r.URL.Path {
+		case "/v1/chat":
 			http.Redirect(w, r, "/v1/chat/", http.StatusTemporaryRedirect)
+		case "/v1/moved":
+			http.Redirect(w, r, "/v1/chat/", http.StatusFound)
 		}
 	}))
 	defer up.Close()
-	for _, client := range []*http.Client{
-		NewHTTPClient(0),
-		{CheckRedirect: func(*http.Request, []*http.Request) error { return nil }},
+	// Another host (by name: the client drops credentials on the way).
+	other := strings.Replace(up.URL, "127.0.0.1", "localhost", 1)
+	away := httptest.NewServer(http.RedirectHandler(other+"/v1/chat/", http.StatusTemporaryRedirect))
+	defer away.Close()
+
+	cached := func(raw string) *http.Request {
+		u, _ := url.Parse(raw)
+		req, _ := NewRequestTo(context.Background(), http.MethodPost, u, []byte(`{"a":1}`), nil)
+		return req
+	}
+	plain := func(raw string) *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, raw, strings.NewReader(`{"a":1}`))
+		return req
+	}
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+		req    *http.Request
+		want   []string
+	}{
+		// Each request reaches where it was sent once, then where it
+		// was sent on to: a 307 keeps the method and the body, a 302
+		// makes a POST a GET without one.
+		{"307", NewHTTPClient(0), plain(up.URL + "/v1/chat"), []string{`POST /v1/chat {"a":1} :`, `POST /v1/chat/ {"a":1} :`}},
+		{"307, built by NewRequestTo", NewHTTPClient(0), cached(up.URL + "/v1/chat"), []string{`POST /v1/chat {"a":1} :`, `POST /v1/chat/ {"a":1} :`}},
+		{"302", NewHTTPClient(0), cached(up.URL + "/v1/moved"), []string{`POST /v1/moved {"a":1} :`, `GET /v1/chat/  :`}},
+		{"through client.Do", &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return nil }}, plain(up.URL + "/v1/chat"),
+			[]string{`POST /v1/chat {"a":1} :`, `POST /v1/chat/ {"a":1} :`}},
+		{"to another host", NewHTTPClient(0), cached(away.URL + "/v1/chat"), []string{`POST /v1/chat/ {"a":1} :`}},
 	} {
-		got = nil
-		req, _ := http.NewRequest(http.MethodPost, up.URL+"/v1/chat", strings.NewReader(`{"a":1}`))
-		resp, perr := Send(client, "p", req)
-		if perr != nil || resp.StatusCode != http.StatusOK || len(got) == 0 || got[len(got)-1] != `/v1/chat/ {"a":1} :` {
-			t.Fatalf("redirect: %v, %+v; upstream saw %q", resp, perr, got)
+		got, auth = nil, nil
+		c.req.Header.Set("Authorization", "Bearer k")
+		resp, perr := Send(c.client, "p", c.req)
+		if perr != nil || resp.StatusCode != http.StatusOK || !slices.Equal(got, c.want) {
+			t.Fatalf("%s: %v, %+v; upstream saw %q, want %q", c.name, resp, perr, got, c.want)
+		}
+		if c.name == "to another host" && auth[0] != "" {
+			t.Errorf("the credential went on to another host: %q", auth[0])
+		} else if c.name != "to another host" && auth[len(auth)-1] != "Bearer k" {
+			t.Errorf("%s: the credential was dropped on the same host", c.name)
 		}
 		resp.Body.Close()
 	}
@@ -79,7 +116,7 @@ func TestSendFollowsRedirects(t *testing.T) {
 	u.User = url.UserPassword("svc", "secret")
 	req, _ := http.NewRequest(http.MethodPost, u.String(), strings.NewReader(`{}`))
 	resp, perr := Send(NewHTTPClient(0), "p", req)
-	if perr != nil || got[len(got)-1] != "/v1/chat/ {} svc:secret" {
+	if perr != nil || got[len(got)-1] != "POST /v1/chat/ {} svc:secret" {
 		t.Fatalf("basic auth from the URL: %+v; upstream saw %q", perr, got)
 	}
 	resp.Body.Close()
@@ -194,3 +231,29 @@ func TestNewPostIsNewRequest(t *testing.T) {
 		}
 	}
 }
+
+// A member set by an Edit that keeps what it learns costs no more
+// allocations than one set by its value: nothing of set is kept, so the
+// edit and its variables stay on the caller's stack (as a stream's
+// stream_options does).
+func TestWithModelEditAllocatesAsAValue(t *testing.T) {
+	body := []byte(`{"model":"m","stream":true,"messages":[]}`)
+	for _, model := range []string{"m", "other"} {
+		byValue := testing.AllocsPerRun(100, func() {
+			_, _ = WithModel(body, model, true, jsonx.KV{Key: "stream_options", Value: usageOn})
+		})
+		byEdit := testing.AllocsPerRun(100, func() {
+			var saw bool
+			_, _ = WithModel(body, model, true, jsonx.KV{Key: "stream_options", Edit: func(old []byte) []byte {
+				saw = old != nil
+				return usageOn // as withUsage answers: a value made once
+			}})
+			_ = saw
+		})
+		if byEdit != byValue {
+			t.Errorf("model %q: %v allocations with an Edit, %v with a value", model, byEdit, byValue)
+		}
+	}
+}
+
+var usageOn = []byte(`{"include_usage":true}`)

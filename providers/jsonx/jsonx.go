@@ -274,7 +274,7 @@ type KV struct {
 	// Edit, when set, gives the value in place of Value from the one the
 	// member has (nil where the object has none), in the same pass: it is
 	// called for each occurrence, the last the one a decoder keeps, or
-	// once for a member added.
+	// once for a member added. old is the object's: read, not written.
 	Edit func(old []byte) []byte
 }
 
@@ -315,7 +315,7 @@ func Set(obj []byte, set ...KV) ([]byte, error) {
 	at := 0
 	for _, sp := range spans {
 		out = append(out, obj[at:sp.start]...)
-		out = append(out, set[sp.kv].value(obj[sp.start:sp.end])...)
+		out = append(out, set[sp.kv].value(obj[sp.start:sp.end:sp.end])...) // an Edit cannot write past it
 		at = sp.end
 	}
 	out = append(out, obj[at:closing]...)

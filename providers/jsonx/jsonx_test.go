@@ -401,3 +401,13 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	})
 }
+
+// What an Edit is given ends where the member's value ends: appending to
+// it cannot write over the rest of the object.
+func TestSetEditCannotWritePastItsValue(t *testing.T) {
+	obj := []byte(`{"a":[1],"b":2}`)
+	got, err := Set(obj, KV{Key: "a", Edit: func(old []byte) []byte { return append(old, '!') }})
+	if err != nil || string(obj) != `{"a":[1],"b":2}` || string(got) != `{"a":[1]!,"b":2}` {
+		t.Fatalf("Set = %s, %v; the object is now %s", got, err, obj)
+	}
+}
