@@ -298,17 +298,33 @@ func chatStreamScan(ev sse.Event, res *providers.Result, clientWantsUsage bool, 
 // chatStream reads (choices or usage): the members they share (id,
 // object, created, model, …), scanned in the first chunk only.
 type chunkStart struct {
-	prefix []byte
+	// The start kept: in short, where it fits (OpenAI's is under 200
+	// bytes), with no allocation; else in long.
+	short  [256]byte
+	n      int
+	long   []byte
 	learnt bool // learn has looked (once a stream)
+}
+
+// prefix is the start kept.
+func (c *chunkStart) prefix() []byte {
+	if c.long != nil {
+		return c.long
+	}
+	return c.short[:c.n]
 }
 
 // in returns where the members after the shared start begin in data: 0
 // when data does not begin with the same bytes.
 func (c *chunkStart) in(data []byte) int {
-	if c == nil || len(c.prefix) == 0 || !bytes.HasPrefix(data, c.prefix) {
+	if c == nil {
 		return 0
 	}
-	return len(c.prefix)
+	p := c.prefix()
+	if len(p) == 0 || !bytes.HasPrefix(data, p) {
+		return 0
+	}
+	return len(p)
 }
 
 // learn remembers, once a stream, where the members data shares with
@@ -341,7 +357,11 @@ func (c *chunkStart) learn(data []byte) int {
 // begins (data is valid only until the stream's next event).
 func (c *chunkStart) remember(data []byte, at int) {
 	if c != nil {
-		c.prefix = append(c.prefix[:0], data[:at]...)
+		if at <= len(c.short) {
+			c.n, c.long = copy(c.short[:], data[:at]), nil
+			return
+		}
+		c.long = append(c.long[:0], data[:at]...)
 	}
 }
 

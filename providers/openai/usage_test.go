@@ -51,7 +51,16 @@ func BenchmarkChatStreamChunk(b *testing.B) {
 // usage found, whether a chunk shares the start of the one before, not
 // quite (more space, another id), or puts choices first.
 func TestChatStreamReadsEachChunkAsAlone(t *testing.T) {
-	const head = `{"id":"c1","object":"chat.completion.chunk","model":"m",`
+	// A start that fits the kept array, and one that does not.
+	for _, head := range []string{
+		`{"id":"c1","object":"chat.completion.chunk","model":"m",`,
+		`{"id":"c1","object":"chat.completion.chunk","model":"m","system_fingerprint":"` + strings.Repeat("f", 300) + `",`,
+	} {
+		readsEachChunkAsAlone(t, head)
+	}
+}
+
+func readsEachChunkAsAlone(t *testing.T, head string) {
 	chunks := []string{
 		head + `"choices":[{"delta":{"role":"assistant","content":""}}],"usage":null}`,
 		head + `"choices":[{"delta":{"content":"Hi"}}],"usage":null}`,
