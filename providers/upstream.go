@@ -96,24 +96,23 @@ func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
 	if resp.Body == nil {
 		resp.Body = http.NoBody // as the client guarantees
 	}
-	if !redirected(resp.StatusCode) || (req.Body != nil && req.GetBody == nil) {
+	if !redirected(resp.StatusCode) {
 		return resp, nil
 	}
 	// Rare: let the client follow the redirect from the answer in hand,
 	// as it follows any (the method it keeps or changes, the body sent
-	// again, credentials dropped on the way to another host, its limit
-	// of hops), without sending the request to where it was sent once
-	// more: the client's first round trip is that answer.
+	// again or the 3xx returned when it cannot be, credentials dropped
+	// on the way to another host, its limit of hops), without sending the
+	// request to where it was sent once more: the client's first round
+	// trip is that answer.
+	a := &answered{resp: resp, rt: rt}
 	follow := *client
-	follow.Transport = &answered{resp: resp, rt: rt}
-	again := req.Clone(req.Context())
-	if req.GetBody != nil {
-		if again.Body, err = req.GetBody(); err != nil {
-			resp.Body.Close()
-			return nil, err
-		}
+	follow.Transport = a
+	resp, err = follow.Do(req)
+	if a.used.CompareAndSwap(false, true) {
+		a.resp.Body.Close() // the client turned the request away before its first round trip
 	}
-	return follow.Do(again)
+	return resp, err
 }
 
 // answered is a transport whose first round trip is an answer already

@@ -112,6 +112,26 @@ func TestSendFollowsRedirects(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	// A body the client cannot send again: the 307 is the answer, the
+	// request sent once.
+	got = nil
+	once, _ := http.NewRequest(http.MethodPost, up.URL+"/v1/chat", strings.NewReader(`{"a":1}`))
+	once.GetBody = nil
+	if _, perr := Send(NewHTTPClient(0), "p", once); perr == nil || perr.Status != http.StatusTemporaryRedirect || len(got) != 1 {
+		t.Fatalf("a body that cannot be sent again: %+v; upstream saw %q", perr, got)
+	}
+	// A loop ends at the client's limit, each hop made once: ten
+	// requests, the first sent straight.
+	hops := 0
+	loop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hops++
+		http.Redirect(w, r, "/loop", http.StatusTemporaryRedirect)
+	}))
+	defer loop.Close()
+	if _, perr := Send(NewHTTPClient(0), "p", cached(loop.URL+"/loop")); perr == nil || !strings.Contains(perr.Error(), "stopped after 10 redirects") || hops != 10 {
+		t.Fatalf("a redirect loop: %v after %d requests, want the client's limit after 10", perr, hops)
+	}
+
 	u, _ := url.Parse(up.URL + "/v1/chat/")
 	u.User = url.UserPassword("svc", "secret")
 	req, _ := http.NewRequest(http.MethodPost, u.String(), strings.NewReader(`{}`))

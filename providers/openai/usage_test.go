@@ -79,6 +79,12 @@ func readsEachChunkAsAlone(t *testing.T, head string) {
 	var shared, alone providers.Result
 	for i, c := range chunks {
 		ev := sse.Event{Data: []byte(c)}
+		if i == 1 || i == 10 {
+			// What the chunk before kept is taken as it shares it.
+			if at := seen.in(ev.Data); at != len(head) {
+				t.Fatalf("chunk %d: read from %d, want %d, after the shared start", i, at, len(head))
+			}
+		}
 		keepShared := chatStream(ev, &shared, false, &seen)
 		keepAlone := chatStream(sse.Event{Data: []byte(c)}, &alone, false, nil)
 		if keepShared != keepAlone || shared != alone {
