@@ -192,6 +192,8 @@ type Orchestrator struct {
 
 	// inProcess is the limiter's InProcess: see LimiterCall.
 	inProcess bool
+	// facts are the targets' prices and output limits, once read.
+	facts targetFacts
 
 	failOpenAdmits atomic.Int64
 	shadowRefusals atomic.Int64

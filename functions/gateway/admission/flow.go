@@ -365,16 +365,16 @@ func (a *Admission) skipIncompatible(t providers.Target, why string) {
 
 // limiterRequest is what the limiter is asked for target t.
 func (a *Admission) limiterRequest(ctx context.Context, t providers.Target, i int) limiter.Request {
-	price, _ := a.o.cfg.Prices.Lookup(t.Provider.Name(), t.Model)
+	f := a.o.facts.of(a.o, t)
 	c := a.req.Caller
 	lr := limiter.Request{
 		ID:             leaseID(a.id, a.pass, i),
 		Subject:        limiter.Subject{UserPath: c.UserPath, Provider: t.Provider.Name(), Model: t.Model, Key: c.KeyID, Tags: c.Tags},
 		Route:          a.req.Op.String(),
 		InputTokens:    a.req.chargedInput(),
-		OutputTokens:   a.reservation(ctx, t.Model),
+		OutputTokens:   a.reservation(ctx, t.Model, f),
 		OutputBurndown: burndownOf(t),
-		Price:          price,
+		Price:          f.price,
 		ConsumerOnly:   a.req.UserPathOnly,
 		Stream:         a.req.Stream,
 		Class:          c.Class,

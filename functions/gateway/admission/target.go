@@ -39,7 +39,7 @@ func (o *Orchestrator) order(rt providers.Route) []providers.Target {
 // cap (or the default, or what the model's requests were learned to use),
 // never more than the model can produce (or the configured maximum),
 // times the completions it asks for.
-func (a *Admission) reservation(ctx context.Context, model string) int64 {
+func (a *Admission) reservation(ctx context.Context, model string, f facts) int64 {
 	if a.req.Session {
 		return min(a.reserveOut, limiter.MaxAmount) // a whole session's, not one answer's
 	}
@@ -54,8 +54,8 @@ func (a *Admission) reservation(ctx context.Context, model string) int64 {
 			out = min(out, cfg.MaxOutputTokens)
 		}
 	}
-	if m, ok := providers.MaxOutputTokens(model); ok {
-		out = min(out, m)
+	if f.hasMaxOut {
+		out = min(out, f.maxOut)
 	}
 	return min(limiter.SatMul(out, max(a.req.Choices, 1)), limiter.MaxAmount)
 }

@@ -1,0 +1,94 @@
+package admission
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/tollgate/tollgate/infra/memstore"
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/providers"
+	"github.com/tollgate/tollgate/providers/mock"
+	"github.com/tollgate/tollgate/providers/pricing"
+)
+
+func factsOrchestrator(t testing.TB) *Orchestrator {
+	rs, _ := limiter.NewRules(nil)
+	l, _ := limiter.New(limiter.Config{Store: memstore.New(), Rules: rs})
+	cat, _ := providers.NewCatalog([]providers.Provider{mock.New("mock", 0), mock.New("Other", 0)}, nil, nil)
+	o, err := New(Config{Limiter: l, Catalog: cat, Prices: pricing.New(map[string]limiter.Price{"other/gpt-4o": {Input: 7, Output: 9}}, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// A target's facts, kept or not, are what the price table and the
+// built-in limits say of it: the first time, the times after, and past
+// the bound.
+func TestTargetFactsAsComputed(t *testing.T) {
+	o := factsOrchestrator(t)
+	mockP, _ := o.cfg.Catalog.Provider("mock")
+	other, _ := o.cfg.Catalog.Provider("other")
+	var targets []providers.Target
+	for _, p := range []providers.Provider{mockP, other} {
+		for _, m := range []string{"gpt-4o", "GPT-4o", "gpt-4o-mini", "claude-sonnet-4-5", "us.anthropic.claude-3-haiku-20240307-v1:0", "no-such-model", ""} {
+			targets = append(targets, providers.Target{Provider: p, Model: m})
+		}
+	}
+	for i := range maxKnownTargets + 10 {
+		targets = append(targets, providers.Target{Provider: mockP, Model: fmt.Sprintf("model-%d", i)})
+	}
+	for round := range 2 {
+		for _, tg := range targets {
+			if got, want := o.facts.of(o, tg), factsOf(o, tg); got != want {
+				t.Fatalf("round %d, %s: %+v, want %+v", round, tg, got, want)
+			}
+		}
+	}
+	if n := o.facts.len(); n != maxKnownTargets {
+		t.Fatalf("%d targets kept, want the bound, %d", n, maxKnownTargets)
+	}
+	if f := o.facts.of(o, providers.Target{Provider: other, Model: "gpt-4o"}); f.price != (limiter.Price{Input: 7, Output: 9}) {
+		t.Fatalf("the configured price of other/gpt-4o: %+v", f.price)
+	}
+}
+
+// What is kept holds strings of its own: a model cut from a request body
+// does not keep the body.
+func TestTargetFactsKeepTheirOwnStrings(t *testing.T) {
+	o := factsOrchestrator(t)
+	p, _ := o.cfg.Catalog.Provider("mock")
+	body := `{"model":"gpt-4o-2024-08-06"}`
+	model := body[10:27]
+	o.facts.of(o, providers.Target{Provider: p, Model: model})
+	for k := range *o.facts.known.Load() {
+		if k.model == model && unsafe.StringData(k.model) == unsafe.StringData(model) {
+			t.Fatal("the kept key shares the body's bytes")
+		}
+	}
+}
+
+// Many requests at once, some on the same targets, all get the right
+// facts (run under -race by make test).
+func TestTargetFactsConcurrent(t *testing.T) {
+	o := factsOrchestrator(t)
+	p, _ := o.cfg.Catalog.Provider("mock")
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				tg := providers.Target{Provider: p, Model: "m-" + strings.Repeat("x", (g+i)%40)}
+				if got, want := o.facts.of(o, tg), factsOf(o, tg); got != want {
+					t.Errorf("%s: %+v, want %+v", tg, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
