@@ -29,15 +29,21 @@ func factsOf(o *Orchestrator, t providers.Target) facts {
 // factsKey names a target by its provider instance and model.
 type factsKey struct{ provider, model string }
 
-// maxKnownTargets bounds the targets whose facts are kept: a provider
-// that serves any model lets a client name as many as it likes (DESIGN
-// §8: a cache keyed by what a client chooses is bounded). Past it, facts
-// are computed each time, as they were before.
-const maxKnownTargets = 256
+// maxKnownTargets bounds the targets whose facts are kept, and
+// maxKnownModel the length of a model kept: a client names any model of a
+// provider that serves any, and any id of any provider as
+// "provider/id" (DESIGN §8: a cache keyed by what a client chooses is
+// bounded, here to 256 entries of at most 256 bytes). Past them, facts
+// are computed each time, as they were before, without the lock.
+const (
+	maxKnownTargets = 256
+	maxKnownModel   = 256
+)
 
-// targetFacts keeps the facts of up to maxKnownTargets targets. Reads are
-// one atomic load and a map lookup; a new target copies the map (at most
-// maxKnownTargets times a process). Safe for concurrent use.
+// targetFacts keeps the facts of up to maxKnownTargets targets. A target
+// kept costs one atomic load and a map lookup; a new one, room left, a
+// copy of the map (at most maxKnownTargets times a process). Safe for
+// concurrent use.
 type targetFacts struct {
 	known atomic.Pointer[map[factsKey]facts]
 	mu    sync.Mutex // serialises additions
@@ -46,12 +52,16 @@ type targetFacts struct {
 // of returns t's facts, kept after the first time while there is room.
 func (k *targetFacts) of(o *Orchestrator, t providers.Target) facts {
 	key := factsKey{t.Provider.Name(), t.Model}
-	if m := k.known.Load(); m != nil {
+	m := k.known.Load()
+	if m != nil {
 		if f, ok := (*m)[key]; ok {
 			return f
 		}
 	}
 	f := factsOf(o, t)
+	if len(t.Model) > maxKnownModel || (m != nil && len(*m) >= maxKnownTargets) {
+		return f
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var old map[factsKey]facts

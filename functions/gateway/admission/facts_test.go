@@ -64,25 +64,55 @@ func TestTargetFactsKeepTheirOwnStrings(t *testing.T) {
 	body := `{"model":"gpt-4o-2024-08-06"}`
 	model := body[10:27]
 	o.facts.of(o, providers.Target{Provider: p, Model: model})
+	found := false
 	for k := range *o.facts.known.Load() {
-		if k.model == model && unsafe.StringData(k.model) == unsafe.StringData(model) {
-			t.Fatal("the kept key shares the body's bytes")
+		if k.model == model {
+			found = true
+			if unsafe.StringData(k.model) == unsafe.StringData(model) {
+				t.Fatal("the kept key shares the body's bytes")
+			}
 		}
+	}
+	if !found {
+		t.Fatal("the model was not kept")
+	}
+}
+
+// A model longer than any real id is not kept: a client cannot fill the
+// memory with names of its choosing.
+func TestTargetFactsKeepNoLongModel(t *testing.T) {
+	o := factsOrchestrator(t)
+	p, _ := o.cfg.Catalog.Provider("mock")
+	long := providers.Target{Provider: p, Model: "gpt-4o-" + strings.Repeat("x", maxKnownModel)}
+	if got, want := o.facts.of(o, long), factsOf(o, long); got != want || o.facts.len() != 0 {
+		t.Fatalf("%+v (want %+v), %d kept", got, want, o.facts.len())
+	}
+	at := providers.Target{Provider: p, Model: strings.Repeat("y", maxKnownModel)}
+	if o.facts.of(o, at); o.facts.len() != 1 {
+		t.Fatalf("a model of %d bytes was not kept", maxKnownModel)
 	}
 }
 
 // Many requests at once, some on the same targets, all get the right
-// facts (run under -race by make test).
+// facts, and every target is kept once (run under -race by make test).
 func TestTargetFactsConcurrent(t *testing.T) {
 	o := factsOrchestrator(t)
-	p, _ := o.cfg.Catalog.Provider("mock")
+	mockP, _ := o.cfg.Catalog.Provider("mock")
+	other, _ := o.cfg.Catalog.Provider("other")
+	models := []string{"gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5", "gemini-2.5-flash", "no-such-model", "o3"}
+	var targets []providers.Target
+	for _, p := range []providers.Provider{mockP, other} {
+		for _, m := range models {
+			targets = append(targets, providers.Target{Provider: p, Model: m})
+		}
+	}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 200 {
-				tg := providers.Target{Provider: p, Model: "m-" + strings.Repeat("x", (g+i)%40)}
+				tg := targets[(g*7+i)%len(targets)]
 				if got, want := o.facts.of(o, tg), factsOf(o, tg); got != want {
 					t.Errorf("%s: %+v, want %+v", tg, got, want)
 					return
@@ -91,4 +121,7 @@ func TestTargetFactsConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if n := o.facts.len(); n != len(targets) {
+		t.Fatalf("%d targets kept, want %d", n, len(targets))
+	}
 }
