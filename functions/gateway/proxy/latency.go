@@ -44,10 +44,18 @@ func latencyKeysOf(t providers.Target) (model, provider latencyKey) {
 }
 
 // maxLatencyKeys bounds the providers and models whose answer times are
-// kept.
-const maxLatencyKeys = 4096
+// kept, maxLatencyModel the length of a model kept: model ids are the
+// client's to choose (any id of any provider, as "provider/id"), and no
+// real one is near it.
+const (
+	maxLatencyKeys  = 4096
+	maxLatencyModel = 256
+)
 
 func (l *latencies) record(key latencyKey, at time.Time, d time.Duration) {
+	if len(key.model) > maxLatencyModel {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.rings == nil {

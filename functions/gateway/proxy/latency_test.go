@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,5 +30,26 @@ func TestLatencyDoubled(t *testing.T) {
 	}
 	if h.LatencyDoubled("openai/gpt-4o", t0.Add(3*every), every) {
 		t.Fatal("a model with no answers recorded did not slow down")
+	}
+}
+
+// Answer times are kept for at most maxLatencyKeys providers and models,
+// and for no model longer than any real id: a client that names models
+// cannot make the gateway keep more.
+func TestLatenciesBounded(t *testing.T) {
+	var l latencies
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	l.record(latencyKey{"openai", strings.Repeat("m", maxLatencyModel+1)}, t0, time.Second)
+	if len(l.rings) != 0 {
+		t.Fatalf("a model of %d bytes was kept", maxLatencyModel+1)
+	}
+	for i := range maxLatencyKeys + 10 {
+		l.record(latencyKey{"openai", fmt.Sprintf("m%d", i)}, t0, time.Second)
+	}
+	if len(l.rings) != maxLatencyKeys {
+		t.Fatalf("%d keys kept, want %d", len(l.rings), maxLatencyKeys)
+	}
+	if _, n := l.p95(latencyKey{"openai", "m0"}, t0, t0.Add(time.Second)); n != 1 {
+		t.Fatalf("a key kept lost its answer: %d", n)
 	}
 }
