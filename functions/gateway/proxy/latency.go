@@ -21,10 +21,28 @@ type latencySample struct {
 	d  time.Duration
 }
 
+// latencyRing keeps the last latencySamples answers of a key. It grows
+// with the answers it is given, up to that, then overwrites the oldest:
+// a key with few answers (a model a client named once) costs as little
+// as they take, not the whole ring's 32 KiB.
 type latencyRing struct {
-	samples [latencySamples]latencySample
-	next    int
-	full    bool
+	samples []latencySample
+	next    int // where the next sample goes once the ring is full
+}
+
+// add keeps s, over the oldest sample once the ring is full.
+func (r *latencyRing) add(s latencySample) {
+	if len(r.samples) < latencySamples {
+		if len(r.samples) == cap(r.samples) { // doubled, never past the ring's size
+			grown := make([]latencySample, len(r.samples), min(max(2*cap(r.samples), 4), latencySamples))
+			copy(grown, r.samples)
+			r.samples = grown
+		}
+		r.samples = append(r.samples, s)
+		return
+	}
+	r.samples[r.next] = s
+	r.next = (r.next + 1) % latencySamples
 }
 
 type latencies struct {
@@ -70,9 +88,7 @@ func (l *latencies) record(key latencyKey, at time.Time, d time.Duration) {
 		// The key's own strings: a model may be a slice of a larger one.
 		l.rings[latencyKey{strings.Clone(key.provider), strings.Clone(key.model)}] = r
 	}
-	r.samples[r.next] = latencySample{at, d}
-	r.next = (r.next + 1) % latencySamples
-	r.full = r.full || r.next == 0
+	r.add(latencySample{at, d})
 }
 
 // p95 returns the 95th percentile of key's samples in [from, to), and how
@@ -82,11 +98,7 @@ func (l *latencies) p95(key latencyKey, from, to time.Time) (time.Duration, int)
 	r := l.rings[key]
 	var ds []time.Duration
 	if r != nil {
-		n := r.next
-		if r.full {
-			n = latencySamples
-		}
-		for _, s := range r.samples[:n] {
+		for _, s := range r.samples {
 			if !s.at.Before(from) && s.at.Before(to) {
 				ds = append(ds, s.d)
 			}

@@ -53,3 +53,28 @@ func TestLatenciesBounded(t *testing.T) {
 		t.Fatalf("a key kept lost its answer: %d", n)
 	}
 }
+
+// A ring keeps the last latencySamples answers, the oldest overwritten,
+// and holds no more room than its answers need until it is full.
+func TestLatencyRingKeepsTheLast(t *testing.T) {
+	var r latencyRing
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	r.add(latencySample{t0, time.Millisecond})
+	if cap(r.samples) > 8 {
+		t.Fatalf("one answer holds room for %d", cap(r.samples))
+	}
+	for i := 1; i < latencySamples+100; i++ {
+		r.add(latencySample{t0.Add(time.Duration(i) * time.Second), time.Duration(i) * time.Millisecond})
+	}
+	if len(r.samples) != latencySamples || cap(r.samples) > latencySamples {
+		t.Fatalf("%d samples in room for %d, want %d", len(r.samples), cap(r.samples), latencySamples)
+	}
+	oldest := t0.Add(100 * time.Second)
+	seen := map[time.Time]bool{}
+	for _, s := range r.samples {
+		if s.at.Before(oldest) || seen[s.at] {
+			t.Fatalf("sample of %v kept: the last %d answers are from %v on, each once", s.at, latencySamples, oldest)
+		}
+		seen[s.at] = true
+	}
+}
