@@ -17,6 +17,11 @@ const MaxChoices = 128
 // MaxCandidates bounds Gemini's candidateCount.
 const MaxCandidates = 8
 
+// MaxKeptModelID is the longest model id the gateway keeps state under
+// (a target's price and limits, its answer times): a client may name any
+// id of any provider, as "provider/id", and no real one is near it.
+const MaxKeptModelID = 256
+
 // MaxOutputTokens returns the largest output of a model when it is known
 // (the capabilities table): "gpt-4o-2024-08-06" and "openai/gpt-4o" are
 // gpt-4o, Bedrock's "us.anthropic.claude-sonnet-4-20250514-v1:0" is

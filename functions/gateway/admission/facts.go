@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,15 +31,12 @@ func factsOf(o *Orchestrator, t providers.Target) facts {
 type factsKey struct{ provider, model string }
 
 // maxKnownTargets bounds the targets whose facts are kept, and
-// maxKnownModel the length of a model kept: a client names any model of a
-// provider that serves any, and any id of any provider as
+// providers.MaxKeptModelID the length of a model kept: a client names any
+// model of a provider that serves any, and any id of any provider as
 // "provider/id" (DESIGN §8: a cache keyed by what a client chooses is
 // bounded, here to 256 entries of at most 256 bytes). Past them, facts
 // are computed each time, as they were before, without the lock.
-const (
-	maxKnownTargets = 256
-	maxKnownModel   = 256
-)
+const maxKnownTargets = 256
 
 // targetFacts keeps the facts of up to maxKnownTargets targets. A target
 // kept costs one atomic load and a map lookup; a new one, room left, a
@@ -59,7 +57,7 @@ func (k *targetFacts) of(o *Orchestrator, t providers.Target) facts {
 		}
 	}
 	f := factsOf(o, t)
-	if len(t.Model) > maxKnownModel || (m != nil && len(*m) >= maxKnownTargets) {
+	if len(t.Model) > providers.MaxKeptModelID || (m != nil && len(*m) >= maxKnownTargets) {
 		return f
 	}
 	k.mu.Lock()
@@ -72,9 +70,7 @@ func (k *targetFacts) of(o *Orchestrator, t providers.Target) facts {
 		return f
 	}
 	next := make(map[factsKey]facts, len(old)+1)
-	for kk, v := range old {
-		next[kk] = v
-	}
+	maps.Copy(next, old)
 	// The key's own strings: a model read from a request body must not
 	// keep the body alive.
 	next[factsKey{strings.Clone(key.provider), strings.Clone(key.model)}] = f

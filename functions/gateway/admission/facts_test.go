@@ -83,13 +83,13 @@ func TestTargetFactsKeepTheirOwnStrings(t *testing.T) {
 func TestTargetFactsKeepNoLongModel(t *testing.T) {
 	o := factsOrchestrator(t)
 	p, _ := o.cfg.Catalog.Provider("mock")
-	long := providers.Target{Provider: p, Model: "gpt-4o-" + strings.Repeat("x", maxKnownModel)}
+	long := providers.Target{Provider: p, Model: "gpt-4o-" + strings.Repeat("x", providers.MaxKeptModelID)}
 	if got, want := o.facts.of(o, long), factsOf(o, long); got != want || o.facts.len() != 0 {
 		t.Fatalf("%+v (want %+v), %d kept", got, want, o.facts.len())
 	}
-	at := providers.Target{Provider: p, Model: strings.Repeat("y", maxKnownModel)}
+	at := providers.Target{Provider: p, Model: strings.Repeat("y", providers.MaxKeptModelID)}
 	if o.facts.of(o, at); o.facts.len() != 1 {
-		t.Fatalf("a model of %d bytes was not kept", maxKnownModel)
+		t.Fatalf("a model of %d bytes was not kept", providers.MaxKeptModelID)
 	}
 }
 

@@ -62,16 +62,11 @@ func latencyKeysOf(t providers.Target) (model, provider latencyKey) {
 }
 
 // maxLatencyKeys bounds the providers and models whose answer times are
-// kept, maxLatencyModel the length of a model kept: model ids are the
-// client's to choose (any id of any provider, as "provider/id"), and no
-// real one is near it.
-const (
-	maxLatencyKeys  = 4096
-	maxLatencyModel = 256
-)
+// kept; none is kept of a model longer than providers.MaxKeptModelID.
+const maxLatencyKeys = 4096
 
 func (l *latencies) record(key latencyKey, at time.Time, d time.Duration) {
-	if len(key.model) > maxLatencyModel {
+	if len(key.model) > providers.MaxKeptModelID {
 		return
 	}
 	l.mu.Lock()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/providers"
 )
 
 // A ramp holds when the upstream's p95 latency doubled over its last
@@ -39,9 +41,9 @@ func TestLatencyDoubled(t *testing.T) {
 func TestLatenciesBounded(t *testing.T) {
 	var l latencies
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	l.record(latencyKey{"openai", strings.Repeat("m", maxLatencyModel+1)}, t0, time.Second)
+	l.record(latencyKey{"openai", strings.Repeat("m", providers.MaxKeptModelID+1)}, t0, time.Second)
 	if len(l.rings) != 0 {
-		t.Fatalf("a model of %d bytes was kept", maxLatencyModel+1)
+		t.Fatalf("a model of %d bytes was kept", providers.MaxKeptModelID+1)
 	}
 	for i := range maxLatencyKeys + 10 {
 		l.record(latencyKey{"openai", fmt.Sprintf("m%d", i)}, t0, time.Second)
