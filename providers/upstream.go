@@ -24,24 +24,33 @@ import (
 const MaxErrorBody = 64 << 10
 
 // NewHTTPClient returns the client an adapter calls its upstream with.
-// headerTimeout bounds the wait for the response headers (a
-// non-streaming answer sends them only when it is complete); nothing bounds
-// a stream once it flows, but the caller's context.
+// headerTimeout bounds the wait for the answer after the request is sent
+// (a non-streaming answer sends its headers only when it is complete):
+// the transport's ResponseHeaderTimeout, or the silence watch over plain
+// HTTP (silence.go); nothing bounds a stream once it flows, but the
+// caller's context.
 func NewHTTPClient(headerTimeout time.Duration) *http.Client {
 	if headerTimeout <= 0 {
 		headerTimeout = 5 * time.Minute
 	}
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: headerTimeout,
-		ExpectContinueTimeout: time.Second,
-	}}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	transport := func() *http.Transport {
+		return &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           dialer.DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	timed, watched := transport(), transport()
+	timed.ResponseHeaderTimeout = headerTimeout
+	watch := newSilenceWatch(headerTimeout)
+	watched.DialContext = watch.dial(dialer.DialContext)
+	return &http.Client{Transport: &upstreamTransport{watched: watched, timed: timed, watch: watch}}
 }
 
 // Send sends req and returns the response when its status is 2xx. Any other
