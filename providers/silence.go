@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -19,8 +20,9 @@ import (
 //     ResponseHeaderTimeout: a timer started for each request;
 //   - any other request over plain HTTP, one at a time on its connection,
 //     by a silence watch: the connection notes when it was last written
-//     to with nothing read since, and one sweep a few times a timeout
-//     closes those that have been waiting longer than the timeout.
+//     to with no answer's headers read back since, and one sweep a few
+//     times a timeout closes those that have been waiting longer than the
+//     timeout.
 //
 // The watch costs no timer per request: the transport's costs about as
 // much as all of the gateway's parsing of a chat (docs/benchmarks.md).
@@ -65,8 +67,8 @@ func watchable(r *http.Request) bool {
 }
 
 // silenceWatch closes the connections it dialled that have been waiting
-// for an answer for longer than timeout: written to, with nothing read
-// since. It sweeps them every `every` while it has any.
+// for an answer for longer than timeout: written to, with no answer's
+// headers read since. It sweeps them every `every` while it has any.
 type silenceWatch struct {
 	timeout, every time.Duration
 
@@ -157,12 +159,20 @@ func (w *silenceWatch) holds() (int, bool) {
 type watchedConn struct {
 	net.Conn
 	watch *silenceWatch
-	// waiting is when the connection was last written to with nothing
-	// read since (clock), 0 when it is not waiting. It is set before the
-	// write, so that the answer's first read always comes after it.
+	// waiting is when the connection was last written to with no answer's
+	// headers read since (clock), 0 when it is not waiting. It is set
+	// before the write, so that the answer's reads always come after it.
 	waiting  atomic.Int64
 	silenced atomic.Bool // closed by the watch
 	closed   sync.Once
+	// What Read has seen of the answer it waits for, which arrives in any
+	// number of reads: the last bytes of it (up to 3, to find the blank
+	// line after the headers across two reads), for the wait that began
+	// at tailOf. Read alone touches them (the transport reads a
+	// connection from one goroutine).
+	tail   [3]byte
+	tailN  int
+	tailOf int64
 }
 
 // Write starts the wait again with every write. The connection has no
@@ -173,10 +183,13 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// Read ends the wait once the answer's headers have been read whole, as
+// the transport's ResponseHeaderTimeout would: a stream's pauses after
+// that are not the watch's to bound.
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		if since := c.waiting.Load(); since != 0 {
+		if since := c.waiting.Load(); since != 0 && c.headersEnd(since, p[:n]) {
 			c.waiting.CompareAndSwap(since, 0)
 		}
 	}
@@ -186,19 +199,49 @@ func (c *watchedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// headersEnd reports whether b, read in the wait that began at since
+// after what was read before in it, holds the blank line that ends an
+// answer's headers.
+func (c *watchedConn) headersEnd(since int64, b []byte) bool {
+	const blank = "\r\n\r\n"
+	if c.tailOf != since {
+		c.tailOf, c.tailN = since, 0
+	}
+	if c.tailN > 0 {
+		var joint [6]byte
+		k := copy(joint[:], c.tail[:c.tailN])
+		k += copy(joint[k:], b)
+		if bytes.Contains(joint[:k], []byte(blank)) {
+			return true
+		}
+	}
+	if bytes.Contains(b, []byte(blank)) {
+		return true
+	}
+	if len(b) >= len(c.tail) {
+		c.tailN = copy(c.tail[:], b[len(b)-len(c.tail):])
+	} else {
+		var keep [6]byte
+		k := copy(keep[:], c.tail[:c.tailN])
+		k += copy(keep[k:], b)
+		c.tailN = copy(c.tail[:], keep[max(k-len(c.tail), 0):k])
+	}
+	return false
+}
+
 func (c *watchedConn) Close() error {
 	err := c.Conn.Close()
 	c.closed.Do(func() { c.watch.remove(c) })
 	return err
 }
 
-// SilenceError is the failure of a request whose upstream sent nothing for
-// the provider's timeout after it was sent. It is a timeout
+// SilenceError is the failure of a request whose upstream sent no
+// answer's headers for the provider's timeout after it was sent. It is a timeout
 // (os.ErrDeadlineExceeded), as the transport's own would be.
 type SilenceError struct{ After time.Duration }
 
 func (e *SilenceError) Error() string {
-	return "the upstream sent nothing for " + e.After.String() + " after the request (the provider's timeout)"
+	return "the upstream sent no answer for " + e.After.String() + " after the request (the provider's timeout)"
 }
 
 // Is makes errors.Is(err, os.ErrDeadlineExceeded) hold.

@@ -91,7 +91,7 @@ func TestSilentUpstreamTimesOut(t *testing.T) {
 	if !errors.Is(perr, os.ErrDeadlineExceeded) || !errors.As(perr, &silence) || silence.After != timeout || perr.Status != 0 || !perr.Retryable() {
 		t.Fatalf("error %v (%T): want a timeout the gateway may fail over from", perr, perr.Err)
 	}
-	if !strings.Contains(perr.Error(), "sent nothing for 100ms") {
+	if !strings.Contains(perr.Error(), "sent no answer for 100ms") {
 		t.Errorf("error %q does not say what happened", perr.Error())
 	}
 	if took < timeout {
@@ -102,6 +102,34 @@ func TestSilentUpstreamTimesOut(t *testing.T) {
 		t.Fatalf("the next request: %v", perr)
 	}
 	resp.Body.Close()
+}
+
+// An upstream that begins its answer's headers and never ends them times
+// out as one that sends nothing: the wait is for the headers whole.
+func TestHalfHeadersTimeOut(t *testing.T) {
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+		_ = buf.Flush()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	defer close(done)
+	c := NewHTTPClient(50 * time.Millisecond)
+	defer c.CloseIdleConnections()
+	if _, perr := post(t, c, srv.URL+"/v1/chat/completions", "{}"); perr == nil || !errors.Is(perr, os.ErrDeadlineExceeded) {
+		t.Fatalf("half an answer's headers: %v, want the provider's timeout", perr)
+	}
 }
 
 // The watch bounds the wait for an answer's first byte, not a stream: one
@@ -214,9 +242,9 @@ func errString(e *Error) string {
 }
 
 // The wait a connection is in, step by step, with the sweep called by
-// hand: a write starts it, any byte read ends it, and a sweep closes a
-// connection only once it has waited the whole timeout; its read then
-// fails with the watch's error.
+// hand: a write starts it, the answer's headers read whole end it, and a
+// sweep closes a connection only once it has waited the whole timeout;
+// its read then fails with the watch's error.
 func TestWatchedConnWaits(t *testing.T) {
 	w := newSilenceWatch(time.Hour) // no sweep of its own in this test
 	client, server := net.Pipe()
@@ -230,10 +258,16 @@ func TestWatchedConnWaits(t *testing.T) {
 	if _, err := c.Write([]byte("GET")); err != nil || c.waiting.Load() == 0 {
 		t.Fatalf("after a write: waiting since %d (%v)", c.waiting.Load(), err)
 	}
-	go func() { _, _ = server.Write([]byte("H")) }()
-	if n, err := c.Read(make([]byte, 1)); n != 1 || err != nil || c.waiting.Load() != 0 {
-		t.Fatalf("after a byte read: waiting since %d (%d, %v)", c.waiting.Load(), n, err)
+	go func() { _, _ = io.WriteString(server, "HTTP/1.1 200 OK\r\n") }()
+	if n, err := c.Read(make([]byte, 64)); n == 0 || err != nil || c.waiting.Load() == 0 {
+		t.Fatalf("after a status line alone: waiting since %d (%d, %v)", c.waiting.Load(), n, err)
 	}
+	go func() { _, _ = io.WriteString(server, "\r\n") }()
+	if n, err := c.Read(make([]byte, 64)); n == 0 || err != nil || c.waiting.Load() != 0 {
+		t.Fatalf("after the headers' end: waiting since %d (%d, %v)", c.waiting.Load(), n, err)
+	}
+	go func() { _, _ = io.ReadFull(server, make([]byte, 3)) }()
+	_, _ = c.Write([]byte("GET"))
 	// Waiting, but not yet for the whole timeout: the sweep leaves it.
 	c.waiting.Store(clock() - int64(time.Hour) + int64(time.Minute))
 	w.sweep()
@@ -250,5 +284,44 @@ func TestWatchedConnWaits(t *testing.T) {
 	}
 	if n, sweeping := w.holds(); n != 0 || sweeping {
 		t.Errorf("the watch holds %d (sweeping %v) after closing its one connection", n, sweeping)
+	}
+}
+
+// The end of an answer's headers is found however the answer is cut into
+// reads: at the read that brings the blank line's last byte, never
+// before; and a new wait forgets what the last one read.
+func TestHeadersEndInAnyReads(t *testing.T) {
+	const answer = "HTTP/1.1 200 OK\r\nA: b\r\n\r\n{\"x\":\"\r\n\r\n\"}"
+	end := strings.Index(answer, "\r\n\r\n") + 4 // the blank line's last byte, +1
+	check := func(cuts []int) {
+		t.Helper()
+		c := &watchedConn{}
+		from := 0
+		for i, to := range append(cuts, len(answer)) {
+			got := c.headersEnd(1, []byte(answer[from:to]))
+			if want := from < end && end <= to; got != want {
+				t.Fatalf("cut at %v: read %d (%q) ends the headers: %v, want %v", cuts, i, answer[from:to], got, want)
+			}
+			if got {
+				return
+			}
+			from = to
+		}
+	}
+	for i := 1; i < len(answer); i++ {
+		check([]int{i})
+		for j := i + 1; j < len(answer); j++ {
+			check([]int{i, j})
+		}
+	}
+	var bytewise []int
+	for i := 1; i < len(answer); i++ {
+		bytewise = append(bytewise, i)
+	}
+	check(bytewise)
+	// "\r\n" read in one wait and "\r\n" in the next is no blank line.
+	c := &watchedConn{}
+	if c.headersEnd(1, []byte("x\r\n")) || c.headersEnd(2, []byte("\r\n")) {
+		t.Error("a blank line made of two waits' reads")
 	}
 }
