@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -40,6 +41,31 @@ func TestWatchable(t *testing.T) {
 		if got := watchable(r); got != c.want {
 			t.Errorf("%s %s (%s): watched %v, want %v", c.method, c.url, c.header, got, c.want)
 		}
+	}
+}
+
+// Through a proxy, the watch sees the request and its answer only when the
+// proxy is spoken to in plain HTTP; through any other, the timer bounds it.
+func TestWatchedOnlyInTheClear(t *testing.T) {
+	up := NewHTTPClient(time.Minute).Transport.(*upstreamTransport)
+	r, _ := http.NewRequest("POST", "http://10.0.0.5:8000/v1/chat/completions", nil)
+	for _, c := range []struct {
+		proxy string
+		want  bool
+	}{{"", true}, {"http://proxy.internal:3128", true}, {"https://proxy.internal:3128", false}, {"socks5://proxy.internal:1080", false}} {
+		up.watched.Proxy = func(*http.Request) (*url.URL, error) {
+			if c.proxy == "" {
+				return nil, nil
+			}
+			return url.Parse(c.proxy)
+		}
+		if got := up.watches(r); got != c.want {
+			t.Errorf("through %q: watched %v, want %v", c.proxy, got, c.want)
+		}
+	}
+	up.watched.Proxy = func(*http.Request) (*url.URL, error) { return nil, errors.New("bad proxy setting") }
+	if up.watches(r) {
+		t.Error("watched with a proxy setting that fails: the transport's own error is the answer")
 	}
 }
 
