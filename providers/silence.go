@@ -3,6 +3,7 @@ package providers
 import (
 	"bytes"
 	"context"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -15,18 +16,22 @@ import (
 // (NewHTTPClient):
 //
 //   - a request that Go's transport may send again (a GET, or one with an
-//     Idempotency-Key), and any request over https, where HTTP/2 carries
-//     many requests on one connection, by the transport's
-//     ResponseHeaderTimeout: a timer started for each request;
-//   - any other request over plain HTTP (straight, or through a proxy
-//     spoken to in plain HTTP), one at a time on its connection, by a
-//     silence watch: the connection notes when it was last written
-//     to with no answer's headers read back since, and one sweep a few
-//     times a timeout closes those that have been waiting longer than the
-//     timeout.
+//     Idempotency-Key), any request over https, where HTTP/2 carries many
+//     requests on one connection, and any through a proxy spoken to over
+//     TLS, by the transport's ResponseHeaderTimeout: a timer started for
+//     each request;
+//   - any other request over plain HTTP/1, one at a time on its
+//     connection, by a silence watch: the connection notes when the
+//     request was last written to it, and that it is waiting, until it has
+//     read the answer's headers (past any 1xx answer); one sweep a few
+//     times a timeout closes the connections that have been waiting
+//     longer than the timeout, which fails their requests with a timeout,
+//     as the timer would.
 //
-// The watch costs no timer per request: the transport's was a tenth of
-// the gateway's overhead over a bare reverse proxy's in
+// The watch costs no timer per request, nor anything the transport
+// allocates or calls per request (a trace of each request, to learn its
+// connection, cost as much as the timer): the transport's timer was a
+// tenth of the gateway's overhead over a bare reverse proxy's in
 // BenchmarkGatewayVsReverseProxy (docs/benchmarks.md).
 // A request the transport may send again is left to the timer because
 // the transport resends it, once, on a new connection after an old one
@@ -46,9 +51,17 @@ func (t *upstreamTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.timed.RoundTrip(r)
 }
 
+// CloseIdleConnections closes both transports' idle connections (what
+// http.Client.CloseIdleConnections asks of its transport).
+func (t *upstreamTransport) CloseIdleConnections() {
+	t.watched.CloseIdleConnections()
+	t.timed.CloseIdleConnections()
+}
+
 // watches reports whether r goes through the watch: a request it can
-// watch, whose bytes it reads in the clear (no proxy, or one spoken to in
-// plain HTTP; through an https proxy it would see only ciphertext).
+// watch (watchable), over a connection that carries it in the clear (no
+// proxy, or one spoken to in plain HTTP: through one spoken to over TLS,
+// the watch would read ciphertext).
 func (t *upstreamTransport) watches(r *http.Request) bool {
 	if !watchable(r) {
 		return false
@@ -58,13 +71,6 @@ func (t *upstreamTransport) watches(r *http.Request) bool {
 	}
 	proxy, err := t.watched.Proxy(r)
 	return err == nil && (proxy == nil || proxy.Scheme == "http")
-}
-
-// CloseIdleConnections closes both transports' idle connections (what
-// http.Client.CloseIdleConnections asks of its transport).
-func (t *upstreamTransport) CloseIdleConnections() {
-	t.watched.CloseIdleConnections()
-	t.timed.CloseIdleConnections()
 }
 
 // watchable reports whether r goes over plain HTTP/1 and is a request Go's
@@ -83,8 +89,8 @@ func watchable(r *http.Request) bool {
 }
 
 // silenceWatch closes the connections it dialled that have been waiting
-// for an answer for longer than timeout: written to, with no answer's
-// headers read since. It sweeps them every `every` while it has any.
+// for an answer's headers for longer than timeout. It sweeps them every
+// `every` while it has any.
 type silenceWatch struct {
 	timeout, every time.Duration
 
@@ -143,13 +149,15 @@ func (w *silenceWatch) remove(c *watchedConn) {
 
 // sweep closes the connections that have waited too long, and schedules
 // the next sweep while there are connections (those it closes leave as
-// their Close returns).
+// their Close returns). A connection is taken from its wait in one
+// compare-and-swap, which the answer's headers read in time, or the
+// next request written, would have won instead: never both.
 func (w *silenceWatch) sweep() {
 	now := clock()
 	var silent []*watchedConn
 	w.mu.Lock()
 	for c := range w.conns {
-		if since := c.waiting.Load(); since != 0 && now-since >= int64(w.timeout) {
+		if since := c.waiting.Load(); since != 0 && since != silenced && now-since >= int64(w.timeout) && c.waiting.CompareAndSwap(since, silenced) {
 			silent = append(silent, c)
 		}
 	}
@@ -158,7 +166,6 @@ func (w *silenceWatch) sweep() {
 	}
 	w.mu.Unlock()
 	for _, c := range silent {
-		c.silenced.Store(true)
 		_ = c.Close()
 	}
 }
@@ -171,32 +178,54 @@ func (w *silenceWatch) holds() (int, bool) {
 	return len(w.conns), w.scheduled
 }
 
+// silenced is a watchedConn's waiting once the sweep has taken it: no
+// reading of the clock.
+const silenced = math.MinInt64
+
 // watchedConn is a connection a silenceWatch watches.
 type watchedConn struct {
 	net.Conn
 	watch *silenceWatch
-	// waiting is when the connection was last written to with no answer's
-	// headers read since (clock), 0 when it is not waiting. It is set
-	// before the write, so that the answer's reads always come after it.
-	waiting  atomic.Int64
-	silenced atomic.Bool // closed by the watch
+	// waiting is when a request was last written to the connection with
+	// its answer's headers not read since (clock), 0 when none waits,
+	// silenced once the sweep took it. It is set before the write, so
+	// that the answer's reads always come after it.
+	waiting atomic.Int64
+	// answered: the headers of the answer to the request last begun have
+	// been read. What is written after them (an upstream may answer
+	// before it has read the whole body) starts no wait; the next
+	// request, which begins with its request line, does.
+	answered atomic.Bool
 	closed   sync.Once
-	// What Read has seen of the answer it waits for, which arrives in any
-	// number of reads: the last bytes of it (up to 3, to find the blank
-	// line after the headers across two reads), for the wait that began
-	// at tailOf. Read alone touches them (the transport reads a
-	// connection from one goroutine).
-	tail   [3]byte
-	tailN  int
-	tailOf int64
+	// What Read has seen of the header block it is in, for the wait that
+	// began at blockOf: its first bytes (the status line says whether it
+	// is a 1xx answer, after which the final one comes) and its last two
+	// (to find the blank line that ends it across two reads). Read alone
+	// touches them: the transport reads a connection from one goroutine.
+	blockOf int64
+	head    [12]byte
+	headN   int
+	tail    [2]byte
+	tailN   int
 }
 
-// Write starts the wait again with every write. The connection has no
-// ReadFrom of its own (a *net.TCPConn's would send a body around Write):
-// every byte sent passes here.
+// Write starts the wait with every write of a request (before the write:
+// see waiting). The connection has no ReadFrom of its own (a
+// *net.TCPConn's would send a body around Write): every byte sent
+// passes here.
 func (c *watchedConn) Write(p []byte) (int, error) {
-	c.waiting.Store(clock())
-	return c.Conn.Write(p)
+	if begins := requestLine(p); begins || !c.answered.Load() {
+		c.answered.Store(false)
+		now := clock()
+		if !c.wait(now) {
+			return 0, &SilenceError{After: c.watch.timeout} // closed by the sweep
+		}
+		if !begins && c.answered.Load() {
+			c.waiting.CompareAndSwap(now, 0) // the headers came in between
+		}
+	}
+	n, err := c.Conn.Write(p)
+	return n, c.why(err)
 }
 
 // Read ends the wait once the answer's headers have been read whole, as
@@ -205,42 +234,124 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		if since := c.waiting.Load(); since != 0 && c.headersEnd(since, p[:n]) {
-			c.waiting.CompareAndSwap(since, 0)
+		if since := c.waiting.Load(); since != 0 && since != silenced && c.headersRead(since, p[:n]) {
+			c.answered.Store(true)
+			c.stopWaiting()
 		}
 	}
-	if err != nil && c.silenced.Load() {
-		err = &SilenceError{After: c.watch.timeout}
-	}
-	return n, err
+	return n, c.why(err)
 }
 
-// headersEnd reports whether b, read in the wait that began at since
-// after what was read before in it, holds the blank line that ends an
-// answer's headers.
-func (c *watchedConn) headersEnd(since int64, b []byte) bool {
-	const blank = "\r\n\r\n"
-	if c.tailOf != since {
-		c.tailOf, c.tailN = since, 0
-	}
-	if c.tailN > 0 {
-		var joint [6]byte
-		k := copy(joint[:], c.tail[:c.tailN])
-		k += copy(joint[k:], b)
-		if bytes.Contains(joint[:k], []byte(blank)) {
+// wait starts the wait at now, unless the sweep has taken the connection
+// (then false).
+func (c *watchedConn) wait(now int64) bool {
+	for {
+		since := c.waiting.Load()
+		if since == silenced {
+			return false
+		}
+		if c.waiting.CompareAndSwap(since, now) {
 			return true
 		}
 	}
-	if bytes.Contains(b, []byte(blank)) {
-		return true
+}
+
+// stopWaiting ends the wait, unless the sweep has taken the connection.
+// No next request can have begun one: the transport writes it only once
+// this answer is read to its end.
+func (c *watchedConn) stopWaiting() {
+	for {
+		since := c.waiting.Load()
+		if since == 0 || since == silenced || c.waiting.CompareAndSwap(since, 0) {
+			return
+		}
 	}
-	if len(b) >= len(c.tail) {
-		c.tailN = copy(c.tail[:], b[len(b)-len(c.tail):])
-	} else {
-		var keep [6]byte
-		k := copy(keep[:], c.tail[:c.tailN])
-		k += copy(keep[k:], b)
-		c.tailN = copy(c.tail[:], keep[max(k-len(c.tail), 0):k])
+}
+
+// why gives the watch's error for what failed because the sweep closed
+// the connection.
+func (c *watchedConn) why(err error) error {
+	if err != nil && c.waiting.Load() == silenced {
+		return &SilenceError{After: c.watch.timeout}
+	}
+	return err
+}
+
+// headersRead reports whether b, read in the wait that began at since
+// after what was read before in it, ends the headers of a final answer:
+// a header block, ended by a blank line (CRLF or, as Go's client also
+// takes, a bare LF), whose status is not 1xx but 101 (the transport reads
+// on past the others).
+func (c *watchedConn) headersRead(since int64, b []byte) bool {
+	if c.blockOf != since {
+		c.blockOf, c.headN, c.tailN = since, 0, 0
+	}
+	for {
+		c.headN += copy(c.head[c.headN:], b)
+		end := blankLineEnd(c.tail[:c.tailN], b)
+		if end < 0 {
+			var joint [4]byte
+			k := copy(joint[:], c.tail[:c.tailN])
+			k += copy(joint[k:], b[max(len(b)-2, 0):])
+			c.tailN = copy(c.tail[:], joint[max(k-2, 0):k])
+			return false
+		}
+		if !interim(c.head[:c.headN]) {
+			return true
+		}
+		b, c.headN, c.tailN = b[end:], 0, 0 // the final answer's block follows
+	}
+}
+
+// blankLineEnd returns where in b the first blank line ends (after
+// tail, the last bytes read before b), or -1. A line ends with LF, or
+// CRLF: a blank line is an LF followed by LF or CRLF. It looks at each
+// line's end once, not at what follows the blank line.
+func blankLineEnd(tail, b []byte) int {
+	if n := len(tail); n > 0 && len(b) > 0 {
+		switch {
+		case tail[n-1] == '\n' && b[0] == '\n':
+			return 1
+		case tail[n-1] == '\n' && b[0] == '\r' && len(b) > 1 && b[1] == '\n':
+			return 2
+		case n > 1 && tail[n-2] == '\n' && tail[n-1] == '\r' && b[0] == '\n':
+			return 1
+		}
+	}
+	for at := 0; ; {
+		i := bytes.IndexByte(b[at:], '\n')
+		if i < 0 {
+			return -1
+		}
+		i += at
+		switch {
+		case i+1 < len(b) && b[i+1] == '\n':
+			return i + 2
+		case i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n':
+			return i + 3
+		}
+		at = i + 1
+	}
+}
+
+// interim reports whether a header block beginning with head is an
+// interim answer: a 1xx status but 101.
+func interim(head []byte) bool {
+	return len(head) >= 12 && bytes.HasPrefix(head, []byte("HTTP/1.")) && head[8] == ' ' &&
+		head[9] == '1' && !(head[10] == '0' && head[11] == '1')
+}
+
+// requestLine reports whether p begins as an HTTP/1 request does: a
+// method in capitals, a space, then a path or an absolute URL.
+func requestLine(p []byte) bool {
+	for i := 0; i < len(p) && i < 16; i++ {
+		switch c := p[i]; {
+		case c >= 'A' && c <= 'Z':
+		case c == ' ' && i > 0:
+			return i+1 < len(p) && (p[i+1] == '/' || p[i+1] == 'h')
+		default:
+			return false
+		}
 	}
 	return false
 }
@@ -252,16 +363,21 @@ func (c *watchedConn) Close() error {
 }
 
 // SilenceError is the failure of a request whose upstream sent no
-// answer's headers for the provider's timeout after it was sent. It is a timeout
-// (os.ErrDeadlineExceeded), as the transport's own would be.
+// answer's headers for the provider's timeout after it was sent. It is a
+// timeout, as the transport's own is (context.DeadlineExceeded, which the
+// gateway answers with 504) and as a connection's deadline is
+// (os.ErrDeadlineExceeded).
 type SilenceError struct{ After time.Duration }
 
 func (e *SilenceError) Error() string {
-	return "the upstream sent no answer for " + e.After.String() + " after the request (the provider's timeout)"
+	return "the upstream sent no answer's headers for " + e.After.String() + " after the request (the provider's timeout)"
 }
 
-// Is makes errors.Is(err, os.ErrDeadlineExceeded) hold.
-func (e *SilenceError) Is(target error) bool { return target == os.ErrDeadlineExceeded }
+// Is makes errors.Is hold for context.DeadlineExceeded and
+// os.ErrDeadlineExceeded.
+func (e *SilenceError) Is(target error) bool {
+	return target == context.DeadlineExceeded || target == os.ErrDeadlineExceeded
+}
 
 // Timeout and Temporary make it a net.Error that is a timeout.
 func (e *SilenceError) Timeout() bool   { return true }

@@ -90,13 +90,43 @@ func silentUpstream(t *testing.T) (srv *httptest.Server, release func()) {
 	return srv, release
 }
 
-func post(t *testing.T, c *http.Client, url, body string) (*http.Response, *Error) {
-	t.Helper()
-	req, err := NewRequest(context.Background(), http.MethodPost, url, []byte(body), nil)
+// post sends body to url through c, within 10 s (a watch that never fires
+// fails the test instead of hanging it).
+func post(c *http.Client, url, body string) (*http.Response, *Error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := NewRequest(ctx, http.MethodPost, url, []byte(body), nil)
 	if err != nil {
-		t.Fatal(err)
+		return nil, &Error{Err: err}
 	}
-	return Send(c, "p", req)
+	resp, perr := Send(c, "p", req)
+	if resp != nil {
+		// Read before the deadline's cancel; the caller gets it whole.
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, &Error{Provider: "p", Err: err}
+		}
+		resp.Body = io.NopCloser(strings.NewReader(string(b)))
+	}
+	return resp, perr
+}
+
+// silence checks that perr is the watch's timeout after d, which the
+// gateway answers as the transport's own (504) and fails over from.
+func silence(t *testing.T, perr *Error, d time.Duration) {
+	t.Helper()
+	var se *SilenceError
+	switch {
+	case perr == nil:
+		t.Fatal("a silent upstream's request succeeded")
+	case !errors.As(perr, &se) || se.After != d:
+		t.Fatalf("error %v: want the watch's timeout of %v", perr, d)
+	case !errors.Is(perr, context.DeadlineExceeded) || !errors.Is(perr, os.ErrDeadlineExceeded):
+		t.Fatalf("error %v is not a deadline exceeded", perr)
+	case perr.Status != 0 || !perr.Retryable():
+		t.Fatalf("error %v: status %d, retryable %v; want a failure the gateway fails over from", perr, perr.Status, perr.Retryable())
+	}
 }
 
 // An upstream that takes a plain-HTTP request and sends nothing fails it
@@ -108,31 +138,25 @@ func TestSilentUpstreamTimesOut(t *testing.T) {
 	c := NewHTTPClient(timeout)
 	defer c.CloseIdleConnections()
 	start := time.Now()
-	_, perr := post(t, c, srv.URL+"/v1/chat/completions", "hold")
+	_, perr := post(c, srv.URL+"/v1/chat/completions", "hold")
 	took := time.Since(start)
-	if perr == nil {
-		t.Fatal("a silent upstream's request succeeded")
-	}
-	var silence *SilenceError
-	if !errors.Is(perr, os.ErrDeadlineExceeded) || !errors.As(perr, &silence) || silence.After != timeout || perr.Status != 0 || !perr.Retryable() {
-		t.Fatalf("error %v (%T): want a timeout the gateway may fail over from", perr, perr.Err)
-	}
-	if !strings.Contains(perr.Error(), "sent no answer for 100ms") {
+	silence(t, perr, timeout)
+	if !strings.Contains(perr.Error(), "no answer's headers for 100ms") {
 		t.Errorf("error %q does not say what happened", perr.Error())
 	}
 	if took < timeout {
 		t.Errorf("failed after %v, before the timeout of %v", took, timeout)
 	}
-	resp, perr := post(t, c, srv.URL+"/v1/chat/completions", "answer")
+	resp, perr := post(c, srv.URL+"/v1/chat/completions", "answer")
 	if perr != nil {
 		t.Fatalf("the next request: %v", perr)
 	}
 	resp.Body.Close()
 }
 
-// An upstream that begins its answer's headers and never ends them times
-// out as one that sends nothing: the wait is for the headers whole.
-func TestHalfHeadersTimeOut(t *testing.T) {
+// hijacked is an upstream that reads the request and writes raw bytes
+// back, then holds the connection until the test ends.
+func hijacked(t *testing.T, raw ...string) *httptest.Server {
 	done := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
@@ -142,45 +166,91 @@ func TestHalfHeadersTimeOut(t *testing.T) {
 			return
 		}
 		defer conn.Close()
-		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
-		_ = buf.Flush()
+		for _, b := range raw {
+			_, _ = buf.WriteString(b)
+			_ = buf.Flush()
+			time.Sleep(50 * time.Millisecond)
+		}
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(10 * time.Second):
 		}
 	}))
-	defer srv.Close()
-	defer close(done)
-	c := NewHTTPClient(50 * time.Millisecond)
-	defer c.CloseIdleConnections()
-	if _, perr := post(t, c, srv.URL+"/v1/chat/completions", "{}"); perr == nil || !errors.Is(perr, os.ErrDeadlineExceeded) {
-		t.Fatalf("half an answer's headers: %v, want the provider's timeout", perr)
+	t.Cleanup(func() { close(done); srv.Close() })
+	return srv
+}
+
+// The wait is for the answer's headers whole, past any informational
+// answer: an upstream that begins its headers and stalls, or sends a 102
+// and nothing more, times out as one that sends nothing.
+func TestHalfHeadersAndInterimAnswersTimeOut(t *testing.T) {
+	const timeout = 40 * time.Millisecond
+	for name, raw := range map[string][]string{
+		"half headers":     {"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"},
+		"102, then silent": {"HTTP/1.1 102 Processing\r\n\r\n"},
+		"103, then silent": {"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"},
+	} {
+		c := NewHTTPClient(timeout)
+		_, perr := post(c, hijacked(t, raw...).URL+"/v1/chat/completions", "{}")
+		c.CloseIdleConnections()
+		t.Run(name, func(t *testing.T) { silence(t, perr, timeout) })
 	}
 }
 
-// The watch bounds the wait for an answer's first byte, not a stream: one
-// that pauses for longer than the timeout between events is not cut.
+// Once the headers are in, the watch has nothing more to bound: a stream
+// that pauses for longer than the timeout between events is not cut, also
+// when its headers end in bare line feeds, which Go's client takes.
 func TestSilenceWatchLetsAStreamPause(t *testing.T) {
-	const timeout = 50 * time.Millisecond
+	const timeout = 40 * time.Millisecond
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, ev := range []string{"data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"} {
 			_, _ = io.WriteString(w, ev)
 			http.NewResponseController(w).Flush()
-			time.Sleep(4 * timeout)
+			time.Sleep(3 * timeout)
+		}
+	}))
+	defer srv.Close()
+	lf := hijacked(t, "HTTP/1.1 200 OK\nContent-Type: text/event-stream\nContent-Length: 18\n\n", "data: 1\n\n", "", "", "data: 2\n\n")
+	for name, u := range map[string]string{"stream": srv.URL, "bare line feeds": lf.URL} {
+		c := NewHTTPClient(timeout)
+		resp, perr := post(c, u+"/v1/chat/completions", "{}")
+		c.CloseIdleConnections()
+		if perr != nil {
+			t.Fatalf("%s: %v", name, perr)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if want := map[string]string{"stream": "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n", "bare line feeds": "data: 1\n\ndata: 2\n\n"}[name]; string(b) != want {
+			t.Errorf("%s: %q, want %q", name, b, want)
+		}
+	}
+}
+
+// An upstream may answer before it has read the whole request: the wait
+// ends with the answer, and the rest of the body written after it does
+// not start another, which would cut the stream that follows.
+func TestSilenceWatchAnswerBeforeTheWholeBody(t *testing.T) {
+	const timeout = 40 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush() // the answer's headers, before the body is read
+		_, _ = io.Copy(io.Discard, r.Body)
+		for _, ev := range []string{"data: 1\n\n", "data: [DONE]\n\n"} {
+			time.Sleep(3 * timeout)
+			_, _ = io.WriteString(w, ev)
+			http.NewResponseController(w).Flush()
 		}
 	}))
 	defer srv.Close()
 	c := NewHTTPClient(timeout)
 	defer c.CloseIdleConnections()
-	resp, perr := post(t, c, srv.URL+"/v1/chat/completions", "{}")
+	resp, perr := post(c, srv.URL+"/v1/x", strings.Repeat("x", 8<<20))
 	if perr != nil {
 		t.Fatal(perr)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || string(b) != "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n" {
-		t.Fatalf("stream %q, %v", b, err)
+	if b, _ := io.ReadAll(resp.Body); string(b) != "data: 1\n\ndata: [DONE]\n\n" {
+		t.Fatalf("stream %q", b)
 	}
 }
 
@@ -195,6 +265,7 @@ func TestSilenceWatchLeavesIdleConnections(t *testing.T) {
 	watch := c.Transport.(*upstreamTransport).watch
 	send := func() (reused bool) {
 		t.Helper()
+		// The caller's own trace, composed with the watch's.
 		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
 		req, _ := NewRequest(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL+"/v1/x", []byte("answer"), nil)
 		resp, perr := Send(c, "p", req)
@@ -221,7 +292,7 @@ func TestSilenceWatchLeavesIdleConnections(t *testing.T) {
 
 // Requests that answer and requests that do not, side by side on one
 // client: each silent one fails at its timeout, each other one succeeds,
-// and none of the connections is left held by the watch.
+// and once the client lets its connections go the watch holds none.
 func TestSilenceWatchConcurrent(t *testing.T) {
 	srv, release := silentUpstream(t)
 	const timeout = 50 * time.Millisecond
@@ -235,16 +306,13 @@ func TestSilenceWatchConcurrent(t *testing.T) {
 			if i%4 == 0 {
 				body = "hold"
 			}
-			resp, perr := post(t, c, srv.URL+"/v1/x", body)
+			_, perr := post(c, srv.URL+"/v1/x", body)
+			var se *SilenceError
 			switch {
-			case body == "hold" && (perr == nil || !errors.Is(perr, os.ErrDeadlineExceeded)):
+			case body == "hold" && !errors.As(perr, &se):
 				errs <- "a silent request: " + errString(perr)
 			case body == "answer" && perr != nil:
 				errs <- "an answered request: " + perr.Error()
-			}
-			if resp != nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
 			}
 		})
 	}
@@ -254,9 +322,17 @@ func TestSilenceWatchConcurrent(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	c.CloseIdleConnections()
-	if n, sweeping := watch.holds(); n != 0 || sweeping {
-		t.Errorf("the watch holds %d connections (sweeping %v) after all closed", n, sweeping)
+	// A dial the transport began for a request another connection served
+	// may still end after the requests: let go until none is left.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c.CloseIdleConnections()
+		n, sweeping := watch.holds()
+		if n == 0 && !sweeping {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch holds %d connections (sweeping %v) after all closed", n, sweeping)
+		}
 	}
 }
 
@@ -267,12 +343,14 @@ func errString(e *Error) string {
 	return e.Error()
 }
 
-// The wait a connection is in, step by step, with the sweep called by
-// hand: a write starts it, the answer's headers read whole end it, and a
-// sweep closes a connection only once it has waited the whole timeout;
-// its read then fails with the watch's error.
+// A connection's wait step by step, with the sweep called by hand: a
+// write starts it, the final answer's headers read whole end it; the
+// sweep closes a connection only once it has waited the whole timeout,
+// and a read or write on it then fails with the watch's error; what is
+// written after the answer's headers starts no wait, the next request
+// does.
 func TestWatchedConnWaits(t *testing.T) {
-	w := newSilenceWatch(time.Hour) // no sweep of its own in this test
+	w := newSilenceWatch(time.Hour) // its own sweep is a second away: the test sweeps first
 	client, server := net.Pipe()
 	defer server.Close()
 	conn, err := w.dial(func(context.Context, string, string) (net.Conn, error) { return client, nil })(context.Background(), "tcp", "x")
@@ -280,74 +358,133 @@ func TestWatchedConnWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := conn.(*watchedConn)
-	go func() { _, _ = io.ReadFull(server, make([]byte, 3)) }()
-	if _, err := c.Write([]byte("GET")); err != nil || c.waiting.Load() == 0 {
-		t.Fatalf("after a write: waiting since %d (%v)", c.waiting.Load(), err)
+	write := func(s string) {
+		t.Helper()
+		go func() { _, _ = io.ReadFull(server, make([]byte, len(s))) }()
+		if _, err := c.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	go func() { _, _ = io.WriteString(server, "HTTP/1.1 200 OK\r\n") }()
-	if n, err := c.Read(make([]byte, 64)); n == 0 || err != nil || c.waiting.Load() == 0 {
-		t.Fatalf("after a status line alone: waiting since %d (%d, %v)", c.waiting.Load(), n, err)
+	read := func(s string) {
+		t.Helper()
+		go func() { _, _ = io.WriteString(server, s) }()
+		if _, err := io.ReadFull(c, make([]byte, len(s))); err != nil {
+			t.Fatal(err)
+		}
 	}
-	go func() { _, _ = io.WriteString(server, "\r\n") }()
-	if n, err := c.Read(make([]byte, 64)); n == 0 || err != nil || c.waiting.Load() != 0 {
-		t.Fatalf("after the headers' end: waiting since %d (%d, %v)", c.waiting.Load(), n, err)
+	waiting := func(want bool) {
+		t.Helper()
+		if got := c.waiting.Load() != 0; got != want {
+			t.Fatalf("waiting %v, want %v", got, want)
+		}
 	}
-	go func() { _, _ = io.ReadFull(server, make([]byte, 3)) }()
-	_, _ = c.Write([]byte("GET"))
+	write("POST /v1/x HTTP/1.1\r\nHost: x\r\n\r\n")
+	waiting(true)
+	read("HTTP/1.1 100 Continue\r\n\r\n") // an interim answer
+	waiting(true)
+	write("{\"body\":1}")
+	read("HTTP/1.1 200 OK\r\n")
+	waiting(true)
+	read("Content-Length: 2\r\n\r\nok")
+	waiting(false)
+	write("more of the body, after the answer")
+	waiting(false)
+
+	write("POST /v1/x HTTP/1.1\r\nHost: x\r\n\r\n") // the next request
+	waiting(true)
 	// Waiting, but not yet for the whole timeout: the sweep leaves it.
-	c.waiting.Store(clock() - int64(time.Hour) + int64(time.Minute))
+	c.waiting.Store(clock() - int64(time.Hour-time.Minute))
 	w.sweep()
-	if c.silenced.Load() {
-		t.Fatal("closed before its timeout")
-	}
-	// Waiting for the whole timeout: closed, and its read says why.
+	waiting(true)
+	// Waiting for the whole timeout: closed, and its reads and writes say why.
 	c.waiting.Store(clock() - int64(time.Hour))
 	w.sweep()
-	_, err = c.Read(make([]byte, 1))
-	var silence *SilenceError
-	if !errors.As(err, &silence) || silence.After != time.Hour {
+	var se *SilenceError
+	if _, err := c.Read(make([]byte, 1)); !errors.As(err, &se) || se.After != time.Hour {
 		t.Fatalf("read after the sweep: %v", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.As(err, &se) {
+		t.Fatalf("write after the sweep: %v", err)
 	}
 	if n, sweeping := w.holds(); n != 0 || sweeping {
 		t.Errorf("the watch holds %d (sweeping %v) after closing its one connection", n, sweeping)
 	}
 }
 
-// The end of an answer's headers is found however the answer is cut into
-// reads: at the read that brings the blank line's last byte, never
-// before; and a new wait forgets what the last one read.
-func TestHeadersEndInAnyReads(t *testing.T) {
-	const answer = "HTTP/1.1 200 OK\r\nA: b\r\n\r\n{\"x\":\"\r\n\r\n\"}"
-	end := strings.Index(answer, "\r\n\r\n") + 4 // the blank line's last byte, +1
-	check := func(cuts []int) {
-		t.Helper()
-		c := &watchedConn{}
-		from := 0
-		for i, to := range append(cuts, len(answer)) {
-			got := c.headersEnd(1, []byte(answer[from:to]))
-			if want := from < end && end <= to; got != want {
-				t.Fatalf("cut at %v: read %d (%q) ends the headers: %v, want %v", cuts, i, answer[from:to], got, want)
-			}
-			if got {
-				return
-			}
-			from = to
+// The end of a final answer's headers is found however the answer is cut
+// into reads: at the read that brings its blank line's last byte, never
+// before, past any interim answer, with CRLF or bare line feeds; and a
+// new wait forgets what the last one read.
+func TestHeadersReadInAnyReads(t *testing.T) {
+	for _, answer := range []string{
+		"HTTP/1.1 200 OK\r\nA: b\r\n\r\n{\"x\":\"\r\n\r\n\"}",
+		"HTTP/1.1 200 OK\nA: b\n\ndata: 1\n\n",
+		"HTTP/1.1 200 OK\r\nA: b\r\n\ndata",
+		"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n\r\nok",
+		"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n...",
+	} {
+		// Where the final answer's headers end.
+		final := strings.LastIndex(answer, "HTTP/1.1 ")
+		if strings.HasPrefix(answer[final:], "HTTP/1.1 101") {
+			final = 0
 		}
-	}
-	for i := 1; i < len(answer); i++ {
-		check([]int{i})
-		for j := i + 1; j < len(answer); j++ {
-			check([]int{i, j})
+		end := final + min(idx(answer[final:], "\n\n")+2, idx(answer[final:], "\n\r\n")+3)
+		check := func(cuts []int) {
+			t.Helper()
+			c := &watchedConn{}
+			from := 0
+			for i, to := range append(cuts, len(answer)) {
+				got := c.headersRead(1, []byte(answer[from:to]))
+				if want := from < end && end <= to; got != want {
+					t.Fatalf("%q cut at %v: read %d (%q) ends the headers: %v, want %v", answer, cuts, i, answer[from:to], got, want)
+				}
+				if got {
+					return
+				}
+				from = to
+			}
 		}
+		for i := 1; i < len(answer); i++ {
+			check([]int{i})
+			for j := i + 1; j < len(answer); j++ {
+				check([]int{i, j})
+			}
+		}
+		var bytewise []int
+		for i := 1; i < len(answer); i++ {
+			bytewise = append(bytewise, i)
+		}
+		check(bytewise)
 	}
-	var bytewise []int
-	for i := 1; i < len(answer); i++ {
-		bytewise = append(bytewise, i)
-	}
-	check(bytewise)
 	// "\r\n" read in one wait and "\r\n" in the next is no blank line.
 	c := &watchedConn{}
-	if c.headersEnd(1, []byte("x\r\n")) || c.headersEnd(2, []byte("\r\n")) {
+	if c.headersRead(1, []byte("HTTP/1.1 200 OK\r\n")) || c.headersRead(2, []byte("\r\n")) {
 		t.Error("a blank line made of two waits' reads")
+	}
+}
+
+// idx is strings.Index, with no match as far past the end.
+func idx(s, sub string) int {
+	if i := strings.Index(s, sub); i >= 0 {
+		return i
+	}
+	return 1 << 30
+}
+
+// What begins a request, as Go's transport writes it, and what does not.
+func TestRequestLine(t *testing.T) {
+	for p, want := range map[string]bool{
+		"POST /v1/chat/completions HTTP/1.1\r\n":  true,
+		"DELETE /v1/x HTTP/1.1\r\n":               true,
+		"POST http://10.0.0.5:8000/v1/x HTTP/1.1": true,
+		"{\"model\":\"gpt-4o\"}":                  false,
+		"POST":                                    false,
+		" /x":                                     false,
+		"post /x":                                 false,
+		"ABCDEFGHIJKLMNOPQRST /x":                 false,
+	} {
+		if got := requestLine([]byte(p)); got != want {
+			t.Errorf("%q: %v, want %v", p, got, want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,11 @@ func NewHTTPClient(headerTimeout time.Duration) *http.Client {
 	timed.ResponseHeaderTimeout = headerTimeout
 	watch := newSilenceWatch(headerTimeout)
 	watched.DialContext = watch.dial(dialer.DialContext)
+	if os.Getenv("HTTP_PROXY") == "" && os.Getenv("http_proxy") == "" {
+		// No proxy for plain HTTP (what ProxyFromEnvironment reads for
+		// it): neither the transport nor the watch need ask each request.
+		watched.Proxy = nil
+	}
 	return &http.Client{Transport: &upstreamTransport{watched: watched, timed: timed, watch: watch}}
 }
 

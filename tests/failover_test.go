@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -162,5 +163,42 @@ func TestMidStreamDisconnect(t *testing.T) {
 		if _, gauge := u.Rule.Limit.(limiter.Gauge); gauge && u.Dimensions[0].Used != 0 {
 			t.Fatalf("in flight %d after both finished", u.Dimensions[0].Used)
 		}
+	}
+}
+
+// An upstream that never answers is the gateway's 504 once the
+// provider's timeout has passed (not a 502: it was reached, and went
+// silent), in the protocol's error shape, and its reservation is kept.
+func TestSilentUpstreamIs504(t *testing.T) {
+	silent := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	})
+	p, err := openaip.New(openaip.Config{Name: "openai", BaseURL: silent.URL + "/v1", APIKey: "k", Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newSDKGateway(t, []providers.Provider{p}, nil)
+	resp, err := http.Post(g.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":10}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e struct {
+		Error struct{ Message, Type, Code string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusGatewayTimeout || e.Error.Type != "api_error" || !strings.Contains(e.Error.Message, "no answer's headers for 100ms") {
+		t.Fatalf("%d %+v; want 504 saying the upstream sent nothing within its timeout", resp.StatusCode, e.Error)
+	}
+	// Not exact: the call may have used tokens upstream, so settlement
+	// keeps the reservation (TestFailoverOn5xxAndTimeout settles one).
+	if got := g.recorded(); len(got) != 1 || got[0].Used.Exact {
+		t.Errorf("recorded %+v; want the silent call's completion, its usage not exact", got)
 	}
 }
