@@ -53,6 +53,13 @@ var Variables = []Variable{
 	{Name: "AWS_LAMBDA_FUNCTION_NAME"},
 	{Name: "AWS_LAMBDA_RUNTIME_API"},
 	{Name: "TOLLGATE_ALERT_TOPIC_ARN"},
+	// Go's own, which the upstream clients honour; tollgate reads the
+	// first two to know whether plain-HTTP upstreams are reached through
+	// a proxy.
+	{Name: "HTTP_PROXY"},
+	{Name: "http_proxy"},
+	{Name: "HTTPS_PROXY"},
+	{Name: "NO_PROXY"},
 }
 
 // LambdaVariables are the variables each function must have set inside
