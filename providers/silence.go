@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,14 +197,18 @@ type watchedConn struct {
 	// before it has read the whole body) starts no wait; the next
 	// request, which begins with its request line, does.
 	answered atomic.Bool
+	// requests counts the requests begun on the connection (their request
+	// lines written), for Read to know which answer it reads.
+	requests atomic.Uint64
 	closed   sync.Once
-	// What Read has seen of the header block it is in, for the wait that
-	// began at blockOf: its first bytes (the status line says whether it
-	// is a 1xx answer, after which the final one comes) and its last two
-	// (to find the blank line that ends it across two reads). Read alone
-	// touches them: the transport reads a connection from one goroutine.
-	blockOf int64
-	head    [12]byte
+	// What Read has seen of the header block it is in, in the answer to
+	// request blockOf: its first bytes (the status line says whether it is
+	// a 1xx answer, after which the final one comes) and its last two (to
+	// find the blank line that ends it across two reads). Read alone
+	// touches them, and the transport's reads of a connection never
+	// overlap.
+	blockOf uint64
+	head    [16]byte
 	headN   int
 	tail    [2]byte
 	tailN   int
@@ -214,8 +219,13 @@ type watchedConn struct {
 // *net.TCPConn's would send a body around Write): every byte sent
 // passes here.
 func (c *watchedConn) Write(p []byte) (int, error) {
-	if begins := requestLine(p); begins || !c.answered.Load() {
+	begins := requestLine(p)
+	if begins {
+		// Only a new request forgets the last answer.
+		c.requests.Add(1)
 		c.answered.Store(false)
+	}
+	if begins || !c.answered.Load() {
 		now := clock()
 		if !c.wait(now) {
 			return 0, &SilenceError{After: c.watch.timeout} // closed by the sweep
@@ -231,12 +241,22 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 // Read ends the wait once the answer's headers have been read whole, as
 // the transport's ResponseHeaderTimeout would: a stream's pauses after
 // that are not the watch's to bound.
+//
+// What is read once the sweep has taken the connection is not given: it
+// can only be (part of) headers that came too late, and the request
+// fails as it would have had they not come at all.
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		if since := c.waiting.Load(); since != 0 && since != silenced && c.headersRead(since, p[:n]) {
+		since := c.waiting.Load()
+		switch {
+		case since == silenced:
+			return 0, &SilenceError{After: c.watch.timeout}
+		case since != 0 && c.headersRead(c.requests.Load(), p[:n]):
 			c.answered.Store(true)
-			c.stopWaiting()
+			if !c.stopWaiting() {
+				return 0, &SilenceError{After: c.watch.timeout}
+			}
 		}
 	}
 	return n, c.why(err)
@@ -256,14 +276,16 @@ func (c *watchedConn) wait(now int64) bool {
 	}
 }
 
-// stopWaiting ends the wait, unless the sweep has taken the connection.
-// No next request can have begun one: the transport writes it only once
-// this answer is read to its end.
-func (c *watchedConn) stopWaiting() {
+// stopWaiting ends the wait, unless the sweep has taken the connection
+// (then false). No next request can have begun one: the transport writes
+// it only once this answer is read to its end.
+func (c *watchedConn) stopWaiting() bool {
 	for {
-		since := c.waiting.Load()
-		if since == 0 || since == silenced || c.waiting.CompareAndSwap(since, 0) {
-			return
+		switch since := c.waiting.Load(); {
+		case since == silenced:
+			return false
+		case since == 0 || c.waiting.CompareAndSwap(since, 0):
+			return true
 		}
 	}
 }
@@ -277,14 +299,14 @@ func (c *watchedConn) why(err error) error {
 	return err
 }
 
-// headersRead reports whether b, read in the wait that began at since
-// after what was read before in it, ends the headers of a final answer:
+// headersRead reports whether b, read in the answer to request req after
+// what was read before of it, ends the headers of a final answer:
 // a header block, ended by a blank line (CRLF or, as Go's client also
 // takes, a bare LF), whose status is not 1xx but 101 (the transport reads
 // on past the others).
-func (c *watchedConn) headersRead(since int64, b []byte) bool {
-	if c.blockOf != since {
-		c.blockOf, c.headN, c.tailN = since, 0, 0
+func (c *watchedConn) headersRead(req uint64, b []byte) bool {
+	if c.blockOf != req {
+		c.blockOf, c.headN, c.tailN = req, 0, 0
 	}
 	for {
 		c.headN += copy(c.head[c.headN:], b)
@@ -335,25 +357,48 @@ func blankLineEnd(tail, b []byte) int {
 }
 
 // interim reports whether a header block beginning with head is an
-// interim answer: a 1xx status but 101.
+// interim answer: a 1xx status but 101, after "HTTP/x.y" and spaces.
 func interim(head []byte) bool {
-	return len(head) >= 12 && bytes.HasPrefix(head, []byte("HTTP/1.")) && head[8] == ' ' &&
-		head[9] == '1' && !(head[10] == '0' && head[11] == '1')
+	if !bytes.HasPrefix(head, []byte("HTTP/")) {
+		return false
+	}
+	i := bytes.IndexByte(head, ' ')
+	for i >= 0 && i < len(head) && head[i] == ' ' {
+		i++
+	}
+	if i < 0 || i+3 > len(head) {
+		return false
+	}
+	code := head[i : i+3]
+	return code[0] == '1' && string(code) != "101"
 }
 
-// requestLine reports whether p begins as an HTTP/1 request does: a
-// method in capitals, a space, then a path or an absolute URL.
+// requestLine reports whether p begins with a request line as Go's
+// transport writes one, whole, at the start of the first write of a
+// request: a method (a token), a space, a path or an absolute URL, and
+// " HTTP/1.1" at the end of the line, in p (the transport's first write
+// holds up to 4 KB of the request: the lines of the URLs an adapter
+// sends fit in it).
 func requestLine(p []byte) bool {
-	for i := 0; i < len(p) && i < 16; i++ {
-		switch c := p[i]; {
-		case c >= 'A' && c <= 'Z':
-		case c == ' ' && i > 0:
-			return i+1 < len(p) && (p[i+1] == '/' || p[i+1] == 'h')
-		default:
-			return false
-		}
+	method := 0
+	for method < len(p) && method < 32 && token(p[method]) {
+		method++
 	}
-	return false
+	if method == 0 || method+1 >= len(p) || p[method] != ' ' || (p[method+1] != '/' && p[method+1] != 'h') {
+		return false
+	}
+	end := bytes.IndexByte(p, '\n')
+	if end < 0 {
+		return false
+	}
+	target := p[method+1 : end] // then " HTTP/1.1\r"; a target has no space
+	sp := bytes.IndexByte(target, ' ')
+	return sp > 0 && string(target[sp:]) == " HTTP/1.1\r"
+}
+
+// token reports whether b may be in an HTTP method (RFC 9110's tchar).
+func token(b byte) bool {
+	return b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0
 }
 
 func (c *watchedConn) Close() error {

@@ -134,14 +134,14 @@ func silence(t *testing.T, perr *Error, d time.Duration) {
 // that says so; the client goes on to serve other requests.
 func TestSilentUpstreamTimesOut(t *testing.T) {
 	srv, _ := silentUpstream(t)
-	const timeout = 100 * time.Millisecond
+	const timeout = 200 * time.Millisecond
 	c := NewHTTPClient(timeout)
 	defer c.CloseIdleConnections()
 	start := time.Now()
 	_, perr := post(c, srv.URL+"/v1/chat/completions", "hold")
 	took := time.Since(start)
 	silence(t, perr, timeout)
-	if !strings.Contains(perr.Error(), "no answer's headers for 100ms") {
+	if !strings.Contains(perr.Error(), "no answer's headers for 200ms") {
 		t.Errorf("error %q does not say what happened", perr.Error())
 	}
 	if took < timeout {
@@ -201,7 +201,7 @@ func TestHalfHeadersAndInterimAnswersTimeOut(t *testing.T) {
 // that pauses for longer than the timeout between events is not cut, also
 // when its headers end in bare line feeds, which Go's client takes.
 func TestSilenceWatchLetsAStreamPause(t *testing.T) {
-	const timeout = 40 * time.Millisecond
+	const timeout = 150 * time.Millisecond
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, ev := range []string{"data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"} {
@@ -211,7 +211,7 @@ func TestSilenceWatchLetsAStreamPause(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	lf := hijacked(t, "HTTP/1.1 200 OK\nContent-Type: text/event-stream\nContent-Length: 18\n\n", "data: 1\n\n", "", "", "data: 2\n\n")
+	lf := hijacked(t, "HTTP/1.1 200 OK\nContent-Type: text/event-stream\nContent-Length: 18\n\n", "data: 1\n\n", "", "", "", "", "data: 2\n\n")
 	for name, u := range map[string]string{"stream": srv.URL, "bare line feeds": lf.URL} {
 		c := NewHTTPClient(timeout)
 		resp, perr := post(c, u+"/v1/chat/completions", "{}")
@@ -230,7 +230,7 @@ func TestSilenceWatchLetsAStreamPause(t *testing.T) {
 // ends with the answer, and the rest of the body written after it does
 // not start another, which would cut the stream that follows.
 func TestSilenceWatchAnswerBeforeTheWholeBody(t *testing.T) {
-	const timeout = 40 * time.Millisecond
+	const timeout = 150 * time.Millisecond
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -260,12 +260,12 @@ func TestSilenceWatchAnswerBeforeTheWholeBody(t *testing.T) {
 // none and schedules no sweep.
 func TestSilenceWatchLeavesIdleConnections(t *testing.T) {
 	srv, _ := silentUpstream(t)
-	const timeout = 20 * time.Millisecond
+	const timeout = 150 * time.Millisecond
 	c := NewHTTPClient(timeout)
 	watch := c.Transport.(*upstreamTransport).watch
 	send := func() (reused bool) {
 		t.Helper()
-		// The caller's own trace, composed with the watch's.
+		// A trace of the caller's own, to see the connection reused.
 		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
 		req, _ := NewRequest(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL+"/v1/x", []byte("answer"), nil)
 		resp, perr := Send(c, "p", req)
@@ -280,7 +280,7 @@ func TestSilenceWatchLeavesIdleConnections(t *testing.T) {
 	if n, sweeping := watch.holds(); n != 1 || !sweeping {
 		t.Fatalf("the watch holds %d connections (sweeping %v), want the one dialled", n, sweeping)
 	}
-	time.Sleep(10 * timeout) // many sweeps
+	time.Sleep(3 * timeout) // many sweeps
 	if !send() {
 		t.Error("the idle connection was closed by the watch")
 	}
@@ -295,7 +295,7 @@ func TestSilenceWatchLeavesIdleConnections(t *testing.T) {
 // and once the client lets its connections go the watch holds none.
 func TestSilenceWatchConcurrent(t *testing.T) {
 	srv, release := silentUpstream(t)
-	const timeout = 50 * time.Millisecond
+	const timeout = 250 * time.Millisecond
 	c := NewHTTPClient(timeout)
 	watch := c.Transport.(*upstreamTransport).watch
 	var wg sync.WaitGroup
@@ -390,6 +390,20 @@ func TestWatchedConnWaits(t *testing.T) {
 	write("more of the body, after the answer")
 	waiting(false)
 
+	// An answer's header blocks cut across reads, with the body written
+	// between them: the writes neither make Read forget what it read of a
+	// block nor take the 100 for the final answer.
+	write("POST /v1/x HTTP/1.1\r\nHost: x\r\n\r\n")
+	read("HTTP/1.1 1")
+	write("{\"body\":")
+	read("00 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+	waiting(true)
+	write("2}")
+	read("\r\n")
+	waiting(false)
+	write("I have /a dream\r\n") // the body, after the answer, looking like a request
+	waiting(false)
+
 	write("POST /v1/x HTTP/1.1\r\nHost: x\r\n\r\n") // the next request
 	waiting(true)
 	// Waiting, but not yet for the whole timeout: the sweep leaves it.
@@ -409,6 +423,35 @@ func TestWatchedConnWaits(t *testing.T) {
 	if n, sweeping := w.holds(); n != 0 || sweeping {
 		t.Errorf("the watch holds %d (sweeping %v) after closing its one connection", n, sweeping)
 	}
+}
+
+// Headers read just after the sweep took the connection are not given:
+// the request fails as if they had not come, not with its headers in
+// hand and its body cut.
+func TestWatchedConnLateHeadersFail(t *testing.T) {
+	w := newSilenceWatch(time.Hour)
+	var c *watchedConn
+	late := lateConn{answer: "HTTP/1.1 200 OK\r\n\r\nok", before: func() { c.waiting.Store(silenced) }}
+	c = &watchedConn{Conn: late, watch: w}
+	c.waiting.Store(clock())
+	n, err := c.Read(make([]byte, 64))
+	var se *SilenceError
+	if n != 0 || !errors.As(err, &se) {
+		t.Fatalf("read %d bytes, %v; want none and the watch's error", n, err)
+	}
+}
+
+// lateConn answers one read, after calling before (the sweep, in the
+// test).
+type lateConn struct {
+	net.Conn
+	answer string
+	before func()
+}
+
+func (l lateConn) Read(p []byte) (int, error) {
+	l.before()
+	return copy(p, l.answer), nil
 }
 
 // The end of a final answer's headers is found however the answer is cut
@@ -471,17 +514,21 @@ func idx(s, sub string) int {
 	return 1 << 30
 }
 
-// What begins a request, as Go's transport writes it, and what does not.
+// What begins a request, as Go's transport writes it, and what does not:
+// a body written after an early answer may begin with anything.
 func TestRequestLine(t *testing.T) {
 	for p, want := range map[string]bool{
-		"POST /v1/chat/completions HTTP/1.1\r\n":  true,
-		"DELETE /v1/x HTTP/1.1\r\n":               true,
-		"POST http://10.0.0.5:8000/v1/x HTTP/1.1": true,
-		"{\"model\":\"gpt-4o\"}":                  false,
-		"POST":                                    false,
-		" /x":                                     false,
-		"post /x":                                 false,
-		"ABCDEFGHIJKLMNOPQRST /x":                 false,
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n":      true,
+		"DELETE /v1/x HTTP/1.1\r\n":                              true,
+		"M-SEARCH /x HTTP/1.1\r\n":                               true,
+		"POST http://10.0.0.5:8000/v1/x HTTP/1.1\r\nHost: x\r\n": true,
+		"{\"model\":\"gpt-4o\"}":                                 false,
+		"POST":                                                   false,
+		"POST /v1/chat/completions":                              false,
+		" /x HTTP/1.1\r\n":                                       false,
+		"I have /a dream\r\n":                                    false,
+		"I have heard, \"POST /x HTTP/1.1\r\n\"":                 false,
+		strings.Repeat("A", 40) + " /x HTTP/1.1\r\n":             false,
 	} {
 		if got := requestLine([]byte(p)); got != want {
 			t.Errorf("%q: %v, want %v", p, got, want)
