@@ -215,7 +215,9 @@ type watchedConn struct {
 }
 
 // Write starts the wait with every write of a request (before the write:
-// see waiting). The connection has no ReadFrom of its own (a
+// see waiting), so a write the upstream does not take for the timeout (an
+// upload it stops reading) fails too, where the transport's timer began
+// only once the request was written. The connection has no ReadFrom of its own (a
 // *net.TCPConn's would send a body around Write): every byte sent
 // passes here.
 func (c *watchedConn) Write(p []byte) (int, error) {
@@ -375,25 +377,29 @@ func interim(head []byte) bool {
 
 // requestLine reports whether p begins with a request line as Go's
 // transport writes one, whole, at the start of the first write of a
-// request: a method (a token), a space, a path or an absolute URL, and
-// " HTTP/1.1" at the end of the line, in p (the transport's first write
-// holds up to 4 KB of the request: the lines of the URLs an adapter
-// sends fit in it).
+// request: a method (a token), a space, a path or an absolute http URL
+// with no space before its query (Go writes a raw query as it is given),
+// and " HTTP/1.1" at the end of the line, in p (the transport's first
+// write holds up to 4 KB of the request: the lines of the URLs an
+// adapter sends fit in it).
 func requestLine(p []byte) bool {
 	method := 0
 	for method < len(p) && method < 32 && token(p[method]) {
 		method++
 	}
-	if method == 0 || method+1 >= len(p) || p[method] != ' ' || (p[method+1] != '/' && p[method+1] != 'h') {
+	if method == 0 || method >= len(p) || p[method] != ' ' {
 		return false
 	}
 	end := bytes.IndexByte(p, '\n')
-	if end < 0 {
+	if end < method {
 		return false
 	}
-	target := p[method+1 : end] // then " HTTP/1.1\r"; a target has no space
-	sp := bytes.IndexByte(target, ' ')
-	return sp > 0 && string(target[sp:]) == " HTTP/1.1\r"
+	target, ok := bytes.CutSuffix(p[method+1:end], []byte(" HTTP/1.1\r"))
+	if !ok || !(bytes.HasPrefix(target, []byte("/")) || bytes.HasPrefix(target, []byte("http://"))) {
+		return false
+	}
+	path, _, _ := bytes.Cut(target, []byte("?"))
+	return bytes.IndexByte(path, ' ') < 0
 }
 
 // token reports whether b may be in an HTTP method (RFC 9110's tchar).

@@ -184,7 +184,7 @@ func hijacked(t *testing.T, raw ...string) *httptest.Server {
 // answer: an upstream that begins its headers and stalls, or sends a 102
 // and nothing more, times out as one that sends nothing.
 func TestHalfHeadersAndInterimAnswersTimeOut(t *testing.T) {
-	const timeout = 40 * time.Millisecond
+	const timeout = 150 * time.Millisecond
 	for name, raw := range map[string][]string{
 		"half headers":     {"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"},
 		"102, then silent": {"HTTP/1.1 102 Processing\r\n\r\n"},
