@@ -152,7 +152,8 @@ func (w *silenceWatch) remove(c *watchedConn) {
 // the next sweep while there are connections (those it closes leave as
 // their Close returns). A connection is taken from its wait in one
 // compare-and-swap, which the answer's headers read in time, or the
-// next request written, would have won instead: never both.
+// next request written, would have won instead: never both
+// (TestWatchedConnWaits, TestWatchedConnLateHeadersFail).
 func (w *silenceWatch) sweep() {
 	now := clock()
 	var silent []*watchedConn
@@ -230,7 +231,7 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 	if begins || !c.answered.Load() {
 		now := clock()
 		if !c.wait(now) {
-			return 0, &SilenceError{After: c.watch.timeout} // closed by the sweep
+			return 0, c.silence() // closed by the sweep
 		}
 		if !begins && c.answered.Load() {
 			c.waiting.CompareAndSwap(now, 0) // the headers came in between
@@ -253,11 +254,11 @@ func (c *watchedConn) Read(p []byte) (int, error) {
 		since := c.waiting.Load()
 		switch {
 		case since == silenced:
-			return 0, &SilenceError{After: c.watch.timeout}
+			return 0, c.silence()
 		case since != 0 && c.headersRead(c.requests.Load(), p[:n]):
 			c.answered.Store(true)
 			if !c.stopWaiting() {
-				return 0, &SilenceError{After: c.watch.timeout}
+				return 0, c.silence()
 			}
 		}
 	}
@@ -296,10 +297,14 @@ func (c *watchedConn) stopWaiting() bool {
 // the connection.
 func (c *watchedConn) why(err error) error {
 	if err != nil && c.waiting.Load() == silenced {
-		return &SilenceError{After: c.watch.timeout}
+		return c.silence()
 	}
 	return err
 }
+
+// silence is the error of what fails on the connection once the sweep
+// has taken it.
+func (c *watchedConn) silence() error { return &SilenceError{After: c.watch.timeout} }
 
 // headersRead reports whether b, read in the answer to request req after
 // what was read before of it, ends the headers of a final answer:
